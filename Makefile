@@ -1,0 +1,44 @@
+# minispec — every target sets up what it needs (.venv, the project, its dependencies).
+PYTHON ?= python3
+# The torch requirement to install. The default is the CPU wheel this project is developed on;
+# pick your own build elsewhere, e.g. make install TORCH='torch --index-url https://download.pytorch.org/whl/cu124'
+TORCH ?= torch==2.13.0
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Inductor's on-disk cache lives in the repo so warm starts are fast and `make clean` resets it.
+export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
+
+.DEFAULT_GOAL := help
+.PHONY: help install decode test train bench verify clean
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install minispec with its dependencies
+
+decode: $(STAMP)  ## speculative decoding with the shipped pair on a default prompt
+	$(PY) -m minispec decode $(ARGS)
+
+test: $(STAMP)  ## run the test suite (CPU, < 10 min cold)
+	$(PY) -m pytest -q $(ARGS)
+
+train: $(STAMP)  ## train the target, then the distilled draft (default CPU preset)
+	$(PY) -m minispec train $(ARGS)
+
+bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
+	$(PY) -m minispec bench $(ARGS)
+
+verify: $(STAMP)  ## reproduce the paper's worked example with the compiled sampler
+	$(PY) -m minispec verify $(ARGS)
+
+clean:  ## remove .venv, caches and build outputs
+	rm -rf $(VENV) .inductor-cache .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
