@@ -1,0 +1,3 @@
+from minispec.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""Safetensors checkpoints: weights plus the metadata needed to trust and reproduce them.
+
+A checkpoint is one .safetensors file. Its header metadata (string -> string) holds the model
+config as JSON, the tokenizer, how it was trained, and a SHA-256 of the tensor bytes, so that
+every way a file can be wrong is reported as one clear `CheckpointError` instead of a crash or,
+worse, a silently different model. Writes are atomic: a temporary file, fsync, then rename.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
+
+from model import tokenizer
+from model.config import GPTConfig
+from model.gpt import GPT
+
+FORMAT = "minispec-gpt-v1"
+TIED_KEY = "lm_head.weight"  # shares memory with embed.weight: stored once, re-tied on load
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the file and the problem."""
+
+
+def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes so that `path` is either the old file or the complete new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def save_checkpoint(path: str | Path, model: GPT, metadata: dict[str, str] | None = None,
+                    dtype: torch.dtype | None = None, extra: dict[str, torch.Tensor] | None = None) -> None:
+    """Save `model` (optionally cast to `dtype`, e.g. float16 to halve the file) with metadata.
+
+    `extra` adds tensors under their own names (the trainer stores optimizer state this way).
+    Pass the raw module, not a torch.compile wrapper (whose keys carry an `_orig_mod.` prefix).
+    """
+    tensors = {k: (v.to(dtype) if dtype is not None else v).detach().cpu().contiguous()
+               for k, v in model.state_dict().items() if k != TIED_KEY}
+    tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    meta.update(format=FORMAT, config=model.config.to_json(),
+                tokenizer=json.dumps(tokenizer.describe()), sha256=tensor_digest(tensors))
+    atomic_write(Path(path), save_bytes(tensors, metadata=meta))
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and metadata of a checkpoint file, after checking it is whole and untampered."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    data = path.read_bytes()
+    # The safetensors layout: an 8-byte little-endian header size, a JSON header, then the data.
+    try:
+        (header_size,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + header_size])
+        if not isinstance(header, dict):
+            raise ValueError
+    except (struct.error, ValueError, UnicodeDecodeError):
+        raise CheckpointError(f"{path}: not a safetensors file") from None
+    try:
+        tensors = load_bytes(data)
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({exc})") from None
+    meta = header.get("__metadata__") or {}
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a minispec checkpoint (format {meta.get('format')!r}, expected {FORMAT!r})")
+    if meta.get("sha256") != tensor_digest(tensors):
+        raise CheckpointError(f"{path}: corrupt checkpoint (tensor checksum mismatch)")
+    return tensors, meta
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
+                    dtype: torch.dtype = torch.float32) -> tuple[GPT, dict[str, str]]:
+    """Build the model a checkpoint describes and load its weights (cast to `dtype`)."""
+    tensors, meta = read_checkpoint(path)
+    try:
+        config = GPTConfig.from_json(meta.get("config", ""))
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    model = GPT(config)
+    expected = {k: v.shape for k, v in model.state_dict().items() if k != TIED_KEY}
+    weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    missing, unexpected = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: missing keys {missing}, unexpected keys {unexpected}")
+    for k, shape in expected.items():
+        if weights[k].shape != shape:
+            raise CheckpointError(f"{path}: shape mismatch for {k}: file has {tuple(weights[k].shape)}, "
+                                  f"config expects {tuple(shape)}")
+    weights[TIED_KEY] = weights["embed.weight"]
+    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()})
+    return model.to(device=device, dtype=dtype).eval(), meta
+
+
+def load_pair(target_path: str | Path, draft_path: str | Path, device: str | torch.device = "cpu",
+              dtype: torch.dtype = torch.float32) -> tuple[GPT, GPT]:
+    """The target and draft models; they must share a tokenizer and vocabulary to be paired."""
+    target, target_meta = load_checkpoint(target_path, device, dtype)
+    draft, draft_meta = load_checkpoint(draft_path, device, dtype)
+    if target.config.vocab_size != draft.config.vocab_size or target_meta["tokenizer"] != draft_meta["tokenizer"]:
+        raise CheckpointError(f"draft {draft_path} and target {target_path} have different vocabularies "
+                              f"({draft.config.vocab_size} vs {target.config.vocab_size} tokens)")
+    return target, draft

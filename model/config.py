@@ -1,0 +1,70 @@
+"""Model configuration: one frozen dataclass per model, plus named presets.
+
+The presets are sized so that speculative decoding pays on a small CPU: the target's
+single-token step must cost >= 10x the draft's (c <= 0.1, Leviathan Definition 3.7), and a
+(K+1)-token verify step must cost little more than a single-token step (the weights are read
+once either way). Measured numbers for the shipped pair live in checkpoints/README.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from model.tokenizer import VOCAB_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class GPTConfig:
+    vocab_size: int = VOCAB_SIZE
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 256
+    mlp_hidden: int = 704  # ~8/3 * d_model rounded to a multiple of 64: the usual SwiGLU sizing
+    max_seq_len: int = 512
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_layer", "n_head", "d_model", "mlp_hidden", "max_seq_len"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ValueError(f"GPTConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
+            raise ValueError(f"GPTConfig.d_model={self.d_model} must split into n_head={self.n_head} even-sized heads")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "GPTConfig":
+        try:
+            fields = json.loads(text)
+            if not isinstance(fields, dict):
+                raise TypeError("not a JSON object")
+            return cls(**fields)
+        except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise ValueError(f"model config does not parse: {exc}") from None
+
+
+# Named presets. "cpu" is the shipped pair (trains in <= 60 min on 2 cores); "gpu" is a larger
+# pair meant for an accelerator. The draft is deliberately tiny: on a CPU a step's cost is its
+# weight traffic plus fixed per-layer overhead, so few, narrow layers keep c small.
+PRESETS: dict[str, dict[str, GPTConfig]] = {
+    "cpu": {
+        "target": GPTConfig(n_layer=6, n_head=6, d_model=384, mlp_hidden=1024, max_seq_len=512),
+        "draft": GPTConfig(n_layer=2, n_head=2, d_model=128, mlp_hidden=384, max_seq_len=512),
+    },
+    "gpu": {
+        "target": GPTConfig(n_layer=12, n_head=12, d_model=768, mlp_hidden=2048, max_seq_len=1024),
+        "draft": GPTConfig(n_layer=2, n_head=4, d_model=256, mlp_hidden=704, max_seq_len=1024),
+    },
+    # A seconds-long preset for tests and smoke runs.
+    "tiny": {
+        "target": GPTConfig(n_layer=2, n_head=2, d_model=64, mlp_hidden=128, max_seq_len=128),
+        "draft": GPTConfig(n_layer=1, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=128),
+    },
+}

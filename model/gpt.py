@@ -1,0 +1,156 @@
+"""A decoder-only GPT in a Llama-like form, with a static KV cache for ragged batches.
+
+Pre-norm (RMSNorm), rotary positions, a SwiGLU MLP, no biases, and an embedding tied to the
+output head. The model knows nothing of speculation: it maps (tokens, positions) to logits.
+
+The cache is what makes speculative decoding cheap to roll back. Each row writes its keys and
+values at its own absolute positions, and attention masks keys by position (key <= query).
+Entries past a row's position are therefore invisible, so rejecting drafted tokens is just
+moving the row's position back; the stale entries are overwritten by the next write.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.config import GPTConfig
+
+
+class KVCache(nn.Module):
+    """Preallocated keys and values, [batch, heads, max_seq_len, head_dim]: shapes never change."""
+
+    def __init__(self, batch_size: int, n_head: int, max_seq_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        shape = (batch_size, n_head, max_seq_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache."""
+        index = positions[:, None, :, None].expand_as(k)
+        self.k.scatter_(2, index, k)
+        self.v.scatter_(2, index, v)
+        return self.k, self.v
+
+
+def rope_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position * frequency, [max_seq_len, head_dim // 2]."""
+    half = config.head_dim // 2
+    freqs = config.rope_theta ** (-torch.arange(half, dtype=torch.float64) / half)
+    angles = torch.arange(config.max_seq_len, dtype=torch.float64)[:, None] * freqs[None, :]
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of each head, x [B, H, T, D], by per-token angles cos/sin [B, 1, T, D/2]."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.head_dim
+        self.wqkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.wo = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.wqkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.kv_cache is None:
+            # Training / full recompute: plain causal attention over the T tokens given.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            k, v = self.kv_cache.update(positions, k, v)
+            key_positions = torch.arange(k.shape[2], device=x.device)
+            mask = key_positions[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.gate = nn.Linear(config.d_model, config.mlp_hidden, bias=False)
+        self.up = nn.Linear(config.d_model, config.mlp_hidden, bias=False)
+        self.down = nn.Linear(config.mlp_hidden, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, positions)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.embed.weight  # tied: one matrix reads tokens in and writes logits out
+        cos, sin = rope_tables(config)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+        # GPT-2's scaled init: each residual branch adds to the stream, so shrink the projections
+        # that write into it by sqrt(number of branches) to keep activations O(1) at depth.
+        for name, p in self.named_parameters():
+            if name.endswith(("wo.weight", "down.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # the tied matrix counts once
+
+    def setup_cache(self, batch_size: int) -> None:
+        """Allocate a static KV cache for `batch_size` rows of up to max_seq_len tokens each."""
+        p = self.embed.weight
+        for block in self.blocks:
+            block.attn.kv_cache = KVCache(batch_size, self.config.n_head, self.config.max_seq_len,
+                                          self.config.head_dim, p.dtype, p.device)
+
+    def drop_cache(self) -> None:
+        """Back to cache-free causal attention (training, full recompute)."""
+        for block in self.blocks:
+            block.attn.kv_cache = None
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, V] (float32).
+
+        With a cache, `positions` [B, T] gives each token's absolute position (rows may differ) and
+        k/v are written there. Without one, positions default to 0..T-1 and attention is causal.
+        """
+        B, T = tokens.shape
+        if positions is None:
+            positions = torch.arange(T, device=tokens.device).expand(B, T)
+        cos = self.rope_cos[positions][:, None].to(self.embed.weight.dtype)  # [B, 1, T, D/2]
+        sin = self.rope_sin[positions][:, None].to(self.embed.weight.dtype)
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin, positions)
+        return self.lm_head(self.norm(x)).float()
