@@ -57,8 +57,10 @@ def save_checkpoint(path: str | Path, model: GPT, metadata: dict[str, str] | Non
     """Save `model` (optionally cast to `dtype`, e.g. float16 to halve the file) with metadata.
 
     `extra` adds tensors under their own names (the trainer stores optimizer state this way).
-    Pass the raw module, not a torch.compile wrapper (whose keys carry an `_orig_mod.` prefix).
     """
+    # A torch.compile wrapper's keys carry an `_orig_mod.` prefix that would make the file
+    # unloadable: save the module it wraps.
+    model = getattr(model, "_orig_mod", model)
     tensors = {k: (v.to(dtype) if dtype is not None else v).detach().cpu().contiguous()
                for k, v in model.state_dict().items() if k != TIED_KEY}
     tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
@@ -81,6 +83,11 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         if not isinstance(header, dict):
             raise ValueError
     except (struct.error, ValueError, UnicodeDecodeError):
+        # A header that starts like one ('{') but runs past the end of the file was cut short,
+        # e.g. by an interrupted copy: say so rather than "not safetensors".
+        if data[8:9] == b"{" and len(data) < 8 + header_size:
+            raise CheckpointError(f"{path}: truncated safetensors file ({len(data)} bytes, but its header "
+                                  f"alone needs {8 + header_size})") from None
         raise CheckpointError(f"{path}: not a safetensors file") from None
     try:
         tensors = load_bytes(data)

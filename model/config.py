@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 
 from model.tokenizer import VOCAB_SIZE
@@ -26,9 +27,16 @@ class GPTConfig:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        # Checked here, not where they are used, so that a checkpoint's config that does not make
+        # sense fails as one ValueError at load time. bool is an int subclass: JSON `true` is not a size.
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "mlp_hidden", "max_seq_len"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"GPTConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
+        for name in ("rope_theta", "norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise ValueError(f"GPTConfig.{name} must be a positive finite number, got {value!r}")
         if self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
             raise ValueError(f"GPTConfig.d_model={self.d_model} must split into n_head={self.n_head} even-sized heads")
 
