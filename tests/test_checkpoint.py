@@ -1,0 +1,243 @@
+"""Safetensors checkpoints: bit-exact round trips, one clear error per kind of bad file, atomic writes."""
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save as save_bytes
+
+from model import checkpoint
+from model.checkpoint import (CheckpointError, load_checkpoint, load_pair, read_checkpoint, save_checkpoint,
+                              tensor_digest)
+from model.config import GPTConfig
+from model.gpt import GPT
+
+SMALL = GPTConfig(n_layer=2, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=32)
+
+
+def make_model(config: GPTConfig = SMALL, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(config).eval()
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(path, make_model(), {"role": "target", "seed": 7})
+    return path
+
+
+def rewrite(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    """Write a well-formed file whose checksum matches, so only the intended defect is present."""
+    path.write_bytes(save_bytes(tensors, metadata={**meta, "sha256": tensor_digest(tensors)}))
+
+
+def expect_error(path: Path, *fragments: str) -> str:
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert str(path) in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# ---- round trips --------------------------------------------------------------------------------
+
+def test_float32_round_trip_is_bit_exact(saved: Path) -> None:
+    original = make_model()
+    loaded, meta = load_checkpoint(saved)
+    assert loaded.config == original.config
+    for (name, a), (_, b) in zip(original.state_dict().items(), loaded.state_dict().items()):
+        assert a.dtype == b.dtype == torch.float32 and torch.equal(a, b), name
+    assert loaded.lm_head.weight is loaded.embed.weight  # re-tied, not two copies
+    assert not loaded.training
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(original(tokens), loaded(tokens))
+    assert meta["role"] == "target" and meta["seed"] == "7"  # metadata values are stored as strings
+    assert GPTConfig.from_json(meta["config"]) == SMALL
+    assert json.loads(meta["tokenizer"])["vocab_size"] == SMALL.vocab_size
+
+
+def test_float16_export_round_trip_is_bit_exact(tmp_path: Path) -> None:
+    original, path = make_model(), tmp_path / "half.safetensors"
+    save_checkpoint(path, original, dtype=torch.float16)
+    tensors, _ = read_checkpoint(path)
+    assert {t.dtype for t in tensors.values()} == {torch.float16}
+    assert "lm_head.weight" not in tensors  # the tied matrix is stored once
+    as_half, _ = load_checkpoint(path, dtype=torch.float16)
+    as_float, _ = load_checkpoint(path)  # the default upcasts the stored halves, exactly
+    for name, w in original.state_dict().items():
+        assert torch.equal(as_half.state_dict()[name], w.half()), name
+        assert torch.equal(as_float.state_dict()[name], w.half().float()), name
+
+
+def test_saving_keeps_out_the_cache_and_the_compile_wrapper(tmp_path: Path) -> None:
+    model = make_model()
+    model.setup_cache(3)  # non-persistent buffers: not part of the checkpoint
+    save_checkpoint(tmp_path / "a.safetensors", torch.compile(model))  # wrapper keys are `_orig_mod.*`
+    loaded, _ = load_checkpoint(tmp_path / "a.safetensors")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+
+
+def test_extra_tensors_are_stored_but_not_loaded_as_weights(tmp_path: Path) -> None:
+    model, path = make_model(), tmp_path / "state.safetensors"
+    extra = {"optim.exp_avg.embed.weight": torch.ones(3)}
+    save_checkpoint(path, model, {"step": 5}, extra=extra)
+    tensors, meta = read_checkpoint(path)
+    assert torch.equal(tensors["optim.exp_avg.embed.weight"], torch.ones(3)) and meta["step"] == "5"
+    load_checkpoint(path)  # no "unexpected key" complaint about optimizer state
+
+
+# ---- one clear error per kind of bad file -------------------------------------------------------
+
+def test_missing_file(tmp_path: Path) -> None:
+    expect_error(tmp_path / "nope.safetensors", "not found")
+
+
+@pytest.mark.parametrize("content", [
+    random.Random(0).randbytes(4096),
+    b"def f(x):\n    return x\n" * 20,
+    b"",
+    b"{}",
+])
+def test_not_safetensors(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(content)
+    expect_error(path, "not a safetensors file")
+
+
+def test_safetensors_but_not_a_minispec_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "other.safetensors"
+    path.write_bytes(save_bytes({"w": torch.zeros(2)}))
+    expect_error(path, "not a minispec checkpoint")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, 0.02])  # cut in the tensor data, at its very end, in the header
+def test_truncated_file(saved: Path, keep: float) -> None:
+    data = saved.read_bytes()
+    saved.write_bytes(data[:int(len(data) * keep)])
+    expect_error(saved, "truncated")
+
+
+def test_flipped_byte_in_tensor_data_fails_the_checksum(saved: Path) -> None:
+    data = bytearray(saved.read_bytes())
+    data[-100] ^= 0x01  # one bit of one weight: still a valid float, so only the checksum can tell
+    saved.write_bytes(bytes(data))
+    expect_error(saved, "corrupt", "checksum")
+
+
+def test_missing_keys(saved: Path) -> None:
+    tensors, meta = read_checkpoint(saved)
+    del tensors["blocks.1.mlp.up.weight"]
+    rewrite(saved, tensors, meta)
+    expect_error(saved, "missing keys ['blocks.1.mlp.up.weight']", "unexpected keys []")
+
+
+def test_unexpected_keys(saved: Path) -> None:
+    tensors, meta = read_checkpoint(saved)
+    tensors["blocks.2.attn.wo.weight"] = torch.zeros(32, 32)
+    rewrite(saved, tensors, meta)
+    expect_error(saved, "missing keys []", "unexpected keys ['blocks.2.attn.wo.weight']")
+
+
+def test_shape_mismatch(saved: Path) -> None:
+    tensors, meta = read_checkpoint(saved)
+    tensors["blocks.0.mlp.up.weight"] = torch.zeros(96, 32)
+    rewrite(saved, tensors, meta)
+    expect_error(saved, "shape mismatch for blocks.0.mlp.up.weight", "(96, 32)", "(64, 32)")
+
+
+@pytest.mark.parametrize("config", [
+    "{not json",
+    "",
+    "[2, 2, 32]",
+    '{"n_layer": 2, "no_such_field": 1}',
+    '{"n_layer": "two"}',
+    '{"n_layer": true}',
+    '{"d_model": 30, "n_head": 4}',
+    '{"rope_theta": "fast"}',
+    '{"norm_eps": -1e-5}',
+])
+def test_config_that_does_not_parse(saved: Path, config: str) -> None:
+    tensors, meta = read_checkpoint(saved)
+    rewrite(saved, tensors, {**meta, "config": config})
+    expect_error(saved, "model config does not parse")
+
+
+def test_every_checkpoint_error_is_a_value_error() -> None:
+    assert issubclass(CheckpointError, ValueError)
+
+
+# ---- pairs --------------------------------------------------------------------------------------
+
+def test_load_pair(tmp_path: Path) -> None:
+    draft_config = GPTConfig(n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
+    save_checkpoint(tmp_path / "t.safetensors", make_model())
+    save_checkpoint(tmp_path / "d.safetensors", make_model(draft_config))
+    target, draft = load_pair(tmp_path / "t.safetensors", tmp_path / "d.safetensors")
+    assert (target.config, draft.config) == (SMALL, draft_config)
+
+
+def test_load_pair_with_different_vocabularies_fails(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "t.safetensors", make_model())
+    save_checkpoint(tmp_path / "d.safetensors", make_model(GPTConfig(vocab_size=300, n_layer=1, n_head=2, d_model=16,
+                                                                     mlp_hidden=32, max_seq_len=32)))
+    with pytest.raises(CheckpointError, match=r"different vocabularies \(300 vs 258 tokens\)"):
+        load_pair(tmp_path / "t.safetensors", tmp_path / "d.safetensors")
+
+
+def test_load_pair_with_same_size_but_different_tokenizers_fails(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "t.safetensors", make_model())
+    save_checkpoint(tmp_path / "d.safetensors", make_model())
+    tensors, meta = read_checkpoint(tmp_path / "d.safetensors")
+    other = {**json.loads(meta["tokenizer"]), "bos": 257, "eos": 256}  # swapped specials, same 258 ids
+    rewrite(tmp_path / "d.safetensors", tensors, {**meta, "tokenizer": json.dumps(other)})
+    with pytest.raises(CheckpointError, match="different vocabularies"):
+        load_pair(tmp_path / "t.safetensors", tmp_path / "d.safetensors")
+
+
+# ---- atomic writes ------------------------------------------------------------------------------
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt  # what Ctrl-C raises: a BaseException, not an Exception
+
+
+@pytest.mark.parametrize("where", ["fsync", "replace"])  # after the bytes are written / at the rename
+def test_interrupted_save_keeps_the_previous_checkpoint(saved: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        where: str) -> None:
+    before = saved.read_bytes()
+    monkeypatch.setattr(checkpoint.os, where, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(saved, make_model(seed=1), {"role": "newer"})
+    monkeypatch.undo()
+    assert saved.read_bytes() == before
+    assert os.listdir(saved.parent) == [saved.name]  # no temporary file left behind
+    assert load_checkpoint(saved)[1]["role"] == "target"
+
+
+def test_interrupted_first_save_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = builtins.open
+
+    class HalfWriter:
+        """A file that takes half the bytes, then fails: a write cut short by a full disk."""
+        def __init__(self, f):
+            self.f = f
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            self.f.close()
+        def write(self, data):
+            self.f.write(data[:len(data) // 2])
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(tmp_path / "m.safetensors", make_model())
+    assert os.listdir(tmp_path) == []
