@@ -40,8 +40,8 @@ class Schedule:
 
 
 SCHEDULES: dict[str, dict[str, Schedule]] = {
-    "cpu": {"target": Schedule(steps=1400, batch_size=8, seq_len=512, lr=2e-3, export_dtype="float16"),
-            "draft": Schedule(steps=800, batch_size=8, seq_len=512, lr=3e-3, distill_weight=0.8,
+    "cpu": {"target": Schedule(steps=900, batch_size=8, seq_len=512, lr=2e-3, export_dtype="float16"),
+            "draft": Schedule(steps=500, batch_size=8, seq_len=512, lr=3e-3, distill_weight=0.8,
                               export_dtype="float16")},
     "gpu": {"target": Schedule(steps=20000, batch_size=64, seq_len=512, lr=1e-3, save_every=1000),
             "draft": Schedule(steps=10000, batch_size=64, seq_len=512, lr=2e-3, distill_weight=0.8,
