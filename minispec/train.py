@@ -194,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
           f"held-out bytes, fingerprint {corpus.fingerprint[:16]}", flush=True)
     try:
         target_path = out_dir / "target.safetensors"
-        finished = args.resume and target_path.is_file() and (state_dir / "target.state.safetensors").is_file()
-        if args.only != "draft" and not finished:
+        # On --resume the target always goes through train_one, even if a target.safetensors
+        # exists: that file may be from another run (the shipped pair lives in checkpoints/), and
+        # only the saved state tells how far this run got. A finished state costs one re-export.
+        if args.only != "draft":
             train_one("target", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume,
                       compile=args.compile)
         if args.only != "target":
