@@ -1,0 +1,134 @@
+"""Offline training: a short run of the tiny preset learns, and an interrupted run resumes exactly."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from minispec import train
+from minispec.corpus import Corpus, load_corpus
+from minispec.train import Schedule
+from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from model.config import PRESETS
+from model.gpt import GPT
+from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, VOCAB_SIZE
+
+UNIFORM_BITS = math.log2(VOCAB_SIZE)  # ~8.01: the loss of a model that knows nothing
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny models' kernels are too small to split: on a busy 2-core machine a second
+    intra-op thread mostly waits for the first (10x slower here while a training job runs)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def stdlib_corpus() -> Corpus:
+    return load_corpus()  # a few seconds: load once for the module
+
+
+def synthetic_corpus() -> Corpus:
+    """A small corpus in the real one's format, for tests that need batches, not Python."""
+    docs = [f"def f{i}(x):\n    return x * {i % 7} + {i}\n".encode() for i in range(600)]
+    ids = [t for doc in docs for t in (BOS_TOKEN_ID, *doc, EOS_TOKEN_ID)]
+    split = len(ids) * 9 // 10
+    as_tensor = lambda part: torch.tensor(part, dtype=torch.int16)  # noqa: E731
+    return Corpus(as_tensor(ids[:split]), as_tensor(ids[split:]), fingerprint="synthetic", num_files=600)
+
+
+def run_train(monkeypatch: pytest.MonkeyPatch, corpus: Corpus, tmp: Path, *extra: str) -> int:
+    monkeypatch.setattr(train, "load_corpus", lambda: corpus)
+    return train.main(["--preset", "tiny", "--out-dir", str(tmp / "out"), "--state-dir", str(tmp / "state"),
+                       "--no-compile", *extra])
+
+
+def test_short_tiny_run_reduces_the_loss(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                         tmp_path: Path, stdlib_corpus: Corpus) -> None:
+    seq_len = train.SCHEDULES["tiny"]["target"].seq_len
+    # An untrained model is close to uniform, so "reduces" is measured from ~8 bits/byte.
+    torch.manual_seed(0)
+    untrained = train.held_out_bits_per_byte(GPT(PRESETS["tiny"]["target"]), stdlib_corpus.held_out, seq_len, 64)
+    assert abs(untrained - UNIFORM_BITS) < 0.3
+
+    assert run_train(monkeypatch, stdlib_corpus, tmp_path) == 0
+    out = capsys.readouterr().out
+    for role, bound in (("target", 6.0), ("draft", 7.0)):
+        model, meta = load_checkpoint(tmp_path / "out" / f"{role}.safetensors")
+        assert model.config == PRESETS["tiny"][role]
+        assert float(meta["heldout_bpb"]) < bound, (role, meta["heldout_bpb"])
+        assert meta["corpus_fingerprint"] == stdlib_corpus.fingerprint
+        assert meta["seed"] == "1234" and meta["role"] == role
+        assert meta["train_command"].startswith("python -m minispec train --preset tiny")
+        assert re.search(rf"\[{role}\] step 30/30 loss [\d.]+ \| [\d,]+ tok/s \| ETA 0m00s", out)
+        assert (tmp_path / "state" / f"{role}.state.safetensors").is_file()
+    losses = [float(x) for x in re.findall(r"\[target\] step \d+/\d+ loss ([\d.]+)", out)]
+    assert losses[-1] < 0.75 * math.log(VOCAB_SIZE)  # the training loss is in nats
+
+
+RESUME_SCHEDULES = {
+    "tiny": {"target": Schedule(steps=12, batch_size=2, seq_len=32, lr=3e-3, warmup=3, save_every=5),
+             "draft": Schedule(steps=8, batch_size=2, seq_len=32, lr=3e-3, warmup=3, distill_weight=0.8,
+                               save_every=5)},
+}
+
+
+@pytest.mark.parametrize("role, cut_at, saved_at", [("target", 7, 5), ("draft", 6, 5)])
+def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
+        role: str, cut_at: int, saved_at: int) -> None:
+    """Batches are a function of (seed, step) and the state holds the AdamW moments, so an
+    interrupted-then-resumed run must end with the very same bits as an uninterrupted one."""
+    corpus = synthetic_corpus()
+    monkeypatch.setattr(train, "SCHEDULES", RESUME_SCHEDULES)
+    real_get_batch = train.get_batch
+    calls: list[int] = []  # the step of every batch drawn, target's then draft's
+    target_steps, draft_steps = RESUME_SCHEDULES["tiny"]["target"].steps, RESUME_SCHEDULES["tiny"]["draft"].steps
+    cut_call = cut_at + (target_steps if role == "draft" else 0)
+
+    def recording_get_batch(*args, interrupt: bool = False):
+        if interrupt and len(calls) == cut_call:
+            raise KeyboardInterrupt  # as Ctrl-C would, mid-run
+        calls.append(args[-1])
+        return real_get_batch(*args)
+
+    # The reference: one uninterrupted run of both models.
+    monkeypatch.setattr(train, "get_batch", recording_get_batch)
+    assert run_train(monkeypatch, corpus, tmp_path / "whole") == 0
+    assert calls == [*range(target_steps), *range(draft_steps)]
+
+    # The same run, interrupted after the save at step `saved_at`.
+    calls.clear()
+    monkeypatch.setattr(train, "get_batch", lambda *a: recording_get_batch(*a, interrupt=True))
+    assert run_train(monkeypatch, corpus, tmp_path / "cut") == 130
+    assert read_checkpoint(tmp_path / "cut" / "state" / f"{role}.state.safetensors")[1]["step"] == str(saved_at)
+    assert not (tmp_path / "cut" / "out" / f"{role}.safetensors").exists()
+    # A target from some other run sits in the output folder (as the shipped pair does in
+    # checkpoints/): resuming must finish and use this run's target, not adopt that one.
+    torch.manual_seed(99)
+    save_checkpoint(tmp_path / "cut" / "out" / "target.safetensors", GPT(PRESETS["tiny"]["target"]))
+
+    calls.clear()
+    capsys.readouterr()
+    monkeypatch.setattr(train, "get_batch", recording_get_batch)
+    assert run_train(monkeypatch, corpus, tmp_path / "cut", "--resume") == 0
+    assert f"[{role}] resuming from step {saved_at}" in capsys.readouterr().out
+    if role == "target":
+        assert calls == [*range(saved_at, target_steps), *range(draft_steps)]
+    else:
+        assert calls == list(range(saved_at, draft_steps))  # the finished target is only re-exported
+
+    for name in ("out/target.safetensors", "out/draft.safetensors",
+                 "state/target.state.safetensors", "state/draft.state.safetensors"):
+        whole, whole_meta = read_checkpoint(tmp_path / "whole" / name)
+        cut, cut_meta = read_checkpoint(tmp_path / "cut" / name)
+        assert whole.keys() == cut.keys()
+        assert all(torch.equal(whole[k], cut[k]) for k in whole), name  # weights and AdamW moments
+        for key in ("step", "heldout_bpb"):
+            assert whole_meta.get(key) == cut_meta.get(key), (name, key)
