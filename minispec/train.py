@@ -119,6 +119,14 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
     opt = optimizer_for(model, schedule.lr)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
+        # Continuing another run's state under this run's name would record a seed and corpus
+        # that only the second half of training saw.
+        found = (model.config, meta.get("seed"), meta.get("corpus_fingerprint"))
+        if found != (PRESETS[preset][role], str(seed), corpus.fingerprint):
+            raise ValueError(f"--resume: {state_path} is from another run (preset {meta.get('preset')!r}, "
+                             f"seed {meta.get('seed')}, corpus {str(meta.get('corpus_fingerprint'))[:16]}; this "
+                             f"run: {preset!r}, seed {seed}, corpus {corpus.fingerprint[:16]}); "
+                             f"remove it or drop --resume")
         opt = optimizer_for(model, schedule.lr)
         start = int(meta["step"])
         restore_optimizer(model, opt, read_checkpoint(state_path)[0], start)
