@@ -132,3 +132,16 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
         assert all(torch.equal(whole[k], cut[k]) for k in whole), name  # weights and AdamW moments
         for key in ("step", "heldout_bpb"):
             assert whole_meta.get(key) == cut_meta.get(key), (name, key)
+
+
+@pytest.mark.parametrize("change", [["--seed", "5"], "corpus"])
+def test_resume_refuses_the_state_of_another_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                 change: list[str] | str) -> None:
+    corpus = synthetic_corpus()
+    monkeypatch.setattr(train, "SCHEDULES", RESUME_SCHEDULES)
+    assert run_train(monkeypatch, corpus, tmp_path, "--only", "target") == 0
+    extra = change if isinstance(change, list) else []
+    if change == "corpus":
+        corpus = Corpus(corpus.train, corpus.held_out, fingerprint="another", num_files=corpus.num_files)
+    with pytest.raises(ValueError, match="--resume: .*target.state.safetensors is from another run"):
+        run_train(monkeypatch, corpus, tmp_path, "--only", "target", "--resume", *extra)
