@@ -1,0 +1,51 @@
+"""Request and speculation parameters, named as in vLLM's SamplingParams and SpeculativeConfig."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+REJECTION_SAMPLE_METHODS = ("standard", "naive")
+MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Per-request sampling. temperature 0 is greedy; top_k 0 and top_p 1.0 mean off."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None  # None draws one; a seeded request gives the same tokens in any batch
+    max_new_tokens: int = 128
+
+    def validate(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an int >= 0 (0 means off), got {self.top_k!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 means off), got {self.top_p}")
+        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**32):
+            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+
+
+@dataclass(slots=True)
+class SpeculativeConfig:
+    """How to speculate. num_speculative_tokens = 0 is plain target-only decoding (the baseline)."""
+
+    num_speculative_tokens: int = 4
+    draft_sample_method: str = "greedy"  # argmax with a one-hot q, as vLLM's default
+    rejection_sample_method: str = "standard"  # "naive" is the wrong rule, kept to show its bias
+
+    def validate(self) -> None:
+        k = self.num_speculative_tokens
+        if not (isinstance(k, int) and 0 <= k <= MAX_SPECULATIVE_TOKENS):
+            raise ValueError(f"num_speculative_tokens must be an int in [0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
+        if self.draft_sample_method not in DRAFT_SAMPLE_METHODS:
+            raise ValueError(f"unknown draft_sample_method {self.draft_sample_method!r}; "
+                             f"choose from {', '.join(DRAFT_SAMPLE_METHODS)}")
+        if self.rejection_sample_method not in REJECTION_SAMPLE_METHODS:
+            raise ValueError(f"unknown rejection_sample_method {self.rejection_sample_method!r}; "
+                             f"choose from {', '.join(REJECTION_SAMPLE_METHODS)}")
