@@ -26,7 +26,7 @@ from minispec.stats import DecodeStats
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
 from sampling import rejection_sample, sample
-from sampling.constraints import SampleParams, filtered_logits, normalize_params, probs_from_filtered
+from sampling.constraints import SampleParams, filtered_logits, normalize_params
 
 ACCEPTED, CORRECTIVE, BONUS, TARGET = "accepted", "corrective", "bonus", "target"
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill compiles few shapes
@@ -62,8 +62,8 @@ def acceptance_probability(target_logits: torch.Tensor, draft_token_ids: torch.T
     b, k, v = target_logits.shape
     rows = SampleParams(*(t.repeat_interleave(k) if t is not None else None for t in params))
     filtered = filtered_logits(target_logits.reshape(b * k, v), rows)
-    p = probs_from_filtered(filtered, filtered.logsumexp(-1, keepdim=True), filtered.argmax(-1, keepdim=True),
-                            rows.temperature == 0).view(b, k, v)
+    one_hot = torch.nn.functional.one_hot(filtered.argmax(-1), v).to(filtered.dtype)  # greedy rows' p
+    p = torch.where((rows.temperature == 0)[:, None], one_hot, filtered.softmax(-1)).view(b, k, v)
     if draft_probs is None:
         return p.gather(-1, draft_token_ids[..., None]).squeeze(-1)
     return torch.minimum(p, draft_probs).sum(-1)
