@@ -10,10 +10,10 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode test train bench verify clean
+.PHONY: help install decode test train bench bench-gpu verify clean
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ train: $(STAMP)  ## train the target, then the distilled draft (default CPU pres
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
 	$(PY) -m minispec bench $(ARGS)
+
+bench-gpu: $(STAMP)  ## the same benchmark on CUDA (CUDA graphs) + the sampler's Triton kernels -> results/gpu/
+	$(PY) -m minispec bench --device cuda --out results/gpu $(ARGS)
+	$(PY) -m minispec kernels --device cuda --out results/gpu
 
 verify: $(STAMP)  ## reproduce the paper's worked example with the compiled sampler
 	$(PY) -m minispec verify $(ARGS)

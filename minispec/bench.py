@@ -134,7 +134,7 @@ def batch_rows(decoder, best: dict[float, int], batch_sizes, max_new, repeats) -
     return rows
 
 
-def startup(max_new: int = 8) -> dict:
+def startup(device: str, max_new: int = 8) -> dict:
     """Wall time from launching `python -m minispec decode` to its first token, cold then warm."""
     out = {}
     with tempfile.TemporaryDirectory() as cache:
@@ -142,7 +142,7 @@ def startup(max_new: int = 8) -> dict:
         for label in ("cold", "warm"):
             start = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "minispec", "decode", "--json", "--temperature", "0",
-                                   "--max-new-tokens", str(max_new)], env=env, capture_output=True, text=True)
+                                   "--max-new-tokens", str(max_new), "--device", device], env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode:
                 raise RuntimeError(f"decode failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -196,12 +196,13 @@ def chart(rows: list[dict], path: Path) -> str:
     return "\n".join(lines)
 
 
-def machine() -> dict:
+def machine(device: str) -> dict:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
     return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-            "threads": torch.get_num_threads(), "device": "cpu"}
+            "threads": torch.get_num_threads(), "device": gpu or "cpu"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,13 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="results")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (compiled with reduce-overhead there)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: batch,sampler,startup")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     out = Path(args.out)
     out.mkdir(exist_ok=True)
-    decoder = load_decoder()
-    report: dict = {"machine": machine(), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+    decoder = load_decoder(device=args.device)
+    report: dict = {"machine": machine(args.device), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                     "prompts": PROMPTS}
     print("1. end to end, B = 1\n" + HEADER, flush=True)
     report["end_to_end"] = rows = end_to_end(decoder, [int(k) for k in args.ks.split(",")],
@@ -234,11 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     if "sampler" not in skip:
         print("3. sampler", flush=True)
         from minispec.bench_sampler import main as bench_sampler_main
-        bench_sampler_main(["--out", str(out)])
+        bench_sampler_main(["--out", str(out), "--device", args.device])
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
         print("4. start-up", flush=True)
-        report["startup"] = startup()
+        report["startup"] = startup(args.device)
     text_chart = chart(rows, out / "speedup.png")
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     (out / "bench.md").write_text(render_markdown(report, text_chart))

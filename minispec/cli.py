@@ -5,6 +5,7 @@
     bench         end-to-end, batch, sampler and start-up benchmarks (make bench)
     bench-sampler the rejection sampler against eager, plain and the read floor
     verify        the paper's worked example through the compiled sampler (make verify)
+    kernels       the sampler's generated kernels (Triton on a GPU, C++ on a CPU)
 
 Bad input is one line on stderr and exit code 2, never a traceback.
 """
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "bench-sampler":
         from minispec.bench_sampler import main as bench_sampler_main
         return bench_sampler_main(rest)
+    if command == "kernels":
+        from minispec.kernels import main as kernels_main
+        return kernels_main(rest)
     if command == "verify":
         from minispec.verify import main as verify_main
         return verify_main(rest)
