@@ -15,6 +15,7 @@ device->host read of a round is one snapshot of what it emitted, which also deci
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Callable, NamedTuple
 
 import torch
@@ -121,9 +122,10 @@ class SpeculativeDecoder:
         self.noise = compile_fn(round_noise, "round noise", compile)
         self.beta = compile_fn(acceptance_probability, "acceptance probability", compile)
         self.advance = compile_fn(advance, "advance", compile)
-        # sampling/ compiles its own graphs; wrapping only announces their first call per shape.
-        self.sample = compile_fn(sample, "sampler", False)
-        self.rejection_sample = compile_fn(rejection_sample, "rejection sampler", False)
+        # sampling/ compiles its own graphs unless told compiled=False, which compile=False (the
+        # CLI's --no-compile) must say too; wrapping only announces their first call per shape.
+        self.sample = compile_fn(partial(sample, compiled=compile), "sampler", False)
+        self.rejection_sample = compile_fn(partial(rejection_sample, compiled=compile), "rejection sampler", False)
         self.sample.announce = self.rejection_sample.announce = compile
         self.batch_size = 0
 
@@ -210,10 +212,13 @@ class SpeculativeDecoder:
         k, b = spec.num_speculative_tokens, len(prompts)
         stats = DecodeStats(k, position_accepted=[0] * k)
         state = self.prefill(prompts, params, k, stats)
+        # top_p stays float64, as the sampler's cumulative masses are: in float32, 0.9 would be
+        # 0.89999998 and cut off a token whose prefix mass lies between the two.
+        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float64)
         sample_params = normalize_params(
             torch.tensor([p.temperature for p in params]),
             torch.tensor([p.top_k for p in params]) if any(p.top_k for p in params) else None,
-            torch.tensor([p.top_p for p in params]) if any(p.top_p < 1 for p in params) else None, b, self.device)
+            top_p if any(p.top_p < 1 for p in params) else None, b, self.device)
         constraints = dict(temperature=sample_params.temperature, top_k=sample_params.top_k, top_p=sample_params.top_p)
         outputs, origins = [[] for _ in range(b)], [[] for _ in range(b)]
         offsets = torch.arange(k + 1, device=self.device)
