@@ -76,6 +76,24 @@ class Streamer:
         sys.stdout.flush()
 
 
+def device_problem(name: str) -> str | None:
+    """Why --device `name` cannot be used here (torch would raise with a traceback), or None."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        return f"unknown --device {name!r}"
+    if device.type == "cpu":
+        return None
+    backend = getattr(torch, device.type, None)
+    if backend is None or not backend.is_available():
+        return f"--device {name}: no {device.type} device is available to this torch build"
+    if device.index is not None and device.index >= backend.device_count():
+        return f"--device {name}: there are only {backend.device_count()} {device.type} devices"
+    return None
+
+
 def run_decode(argv: list[str]) -> int:
     args = decode_parser().parse_args(argv)
     import torch  # deferred: --help and argument errors stay instant
@@ -84,6 +102,8 @@ def run_decode(argv: list[str]) -> int:
 
     prompts = args.prompt or [DEFAULT_PROMPT]
     colour = sys.stdout.isatty() and not args.json
+    if (problem := device_problem(args.device)) is not None:
+        return fail(problem)
     try:
         decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device, args.compile)
         kwargs = dict(num_speculative_tokens=args.num_speculative_tokens, draft_sample_method=args.draft_sample_method,
@@ -91,7 +111,6 @@ def run_decode(argv: list[str]) -> int:
                       top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
                       decoder=decoder)
         if args.compile:  # compile every graph in a one-token warm-up so the timed run is warm
-            print("warming up: compiling the decode graphs (cached on disk after the first run)", file=sys.stderr)
             generate(prompts, **{**kwargs, "max_new_tokens": 1})
             if args.compare:
                 generate(prompts, **{**kwargs, "max_new_tokens": 1, "num_speculative_tokens": 0})

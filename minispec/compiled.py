@@ -25,6 +25,10 @@ class Announced:
     """Call `fn` (compiled or not); when `announce` is set, report the first call of each shape."""
 
     seen: set[tuple] = set()  # shared: a graph compiled for one decoder serves the next
+    # Said once, just before the first graph compiles: after the input was validated, so that
+    # bad input stays a single error line.
+    header = "warming up: compiling the decode graphs (cached on disk after the first run)"
+    header_shown = False
 
     def __init__(self, fn: Callable, name: str, announce: bool) -> None:
         self.fn, self.name, self.announce = fn, name, announce
@@ -35,6 +39,9 @@ class Announced:
         key = (id(self.fn), self.name, *(tuple(a.shape) for a in args if isinstance(a, torch.Tensor)))
         if key in Announced.seen:
             return self.fn(*args, **kwargs)
+        if not Announced.header_shown:
+            print(Announced.header, file=sys.stderr, flush=True)
+            Announced.header_shown = True
         shapes = " ".join("x".join(map(str, k)) for k in key[2:])
         print(f"  compiling {self.name} [{shapes}] ...", end="", file=sys.stderr, flush=True)
         start = time.perf_counter()
