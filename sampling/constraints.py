@@ -1,0 +1,176 @@
+"""Temperature -> top-k -> top-p: the constraints that turn logits into the distribution a token
+is drawn from, per row, and ``sample``, plain sampling under them.
+
+Every row b carries its own temperature, top_k and top_p, as [B] tensors on the logits' device,
+so one compiled graph serves Python scalars and tensors alike. Temperature 0 marks a greedy row,
+whose distribution is one-hot at the argmax. Whether top-k and top-p run at all is a static,
+Python-level choice (their tensor is None): both need a sort of the vocabulary, which costs far
+more than the rest of the sampler at V = 128k, so a call without them compiles a graph without a
+sort. Given as a tensor, a row's top_k of 0 or top_p of 1.0 switches the filter off for that row.
+
+The kept set is defined by value, so ties never depend on the sort's order:
+- top-k keeps every logit >= the k-th largest;
+- top-p keeps every logit >= the smallest one in the shortest top prefix (after top-k) whose
+  mass reaches top_p; the top token is always kept.
+"""
+
+from typing import NamedTuple
+
+import torch
+
+from sampling.noise import draw_exponentials, max_and_argmax, race
+
+
+class SampleParams(NamedTuple):
+    """Per-row constraints, normalised for the compiled code (see ``normalize_params``)."""
+
+    temperature: torch.Tensor    # [B] float32; 0 marks a greedy row
+    top_k: torch.Tensor | None   # [B] int64, 0 = off for that row; None = off for every row
+    top_p: torch.Tensor | None   # [B] float64, 1.0 = off for that row; None = off for every row
+
+
+class SampleOutput(NamedTuple):
+    token_ids: torch.Tensor  # [B] int64
+    probs: torch.Tensor      # [B, V] float32, exactly the distribution token_ids was drawn from
+
+
+def _per_row(name: str, value, batch_size: int, device: torch.device,
+             dtype: torch.dtype) -> torch.Tensor:
+    """A Python scalar or a [B] tensor as a [B] tensor of ``dtype`` on ``device``."""
+    if not isinstance(value, torch.Tensor):
+        return torch.full((batch_size,), value, dtype=dtype, device=device)
+    if value.shape != (batch_size,):
+        raise ValueError(f"{name} must be a scalar or a [B] = [{batch_size}] tensor, "
+                         f"got shape {list(value.shape)}")
+    if value.device != device and value.device.type != "cpu":
+        raise ValueError(f"{name} is on {value.device}, the logits on {device}")
+    return value.to(device=device, dtype=dtype)
+
+
+def _check_range(name: str, value, ok, rule: str) -> None:
+    """ValueError unless ``ok(value)`` holds everywhere. Tensor values are checked only on the
+    CPU: reading them from an accelerator would be a device sync, which the decode loop cannot
+    afford once per round; there the caller is trusted."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and not bool(ok(value).all()):
+            raise ValueError(f"{name} must be {rule}")
+    elif not ok(value):
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
+
+
+def normalize_params(temperature, top_k, top_p, batch_size: int,
+                     device: torch.device) -> SampleParams:
+    """Validate temperature, top_k and top_p (scalars or [B] tensors) and make them [B] tensors.
+
+    A None or 0 top_k scalar, and a None or 1.0 top_p scalar, become None: the filter is not
+    compiled in at all.
+    """
+    if isinstance(top_k, torch.Tensor) and (top_k.is_floating_point() or top_k.is_complex()):
+        raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
+    if isinstance(top_k, float) and not top_k.is_integer():
+        raise ValueError(f"top_k must be an integer, got {top_k!r}")
+    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)")
+    if top_k is not None:
+        _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)")
+    if top_p is not None:
+        _check_range("top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)")
+
+    if top_k is not None and not isinstance(top_k, torch.Tensor) and top_k == 0:
+        top_k = None
+    if top_p is not None and not isinstance(top_p, torch.Tensor) and top_p == 1.0:
+        top_p = None
+    return SampleParams(
+        temperature=_per_row("temperature", temperature, batch_size, device, torch.float32),
+        top_k=None if top_k is None else _per_row("top_k", top_k, batch_size, device, torch.int64),
+        top_p=None if top_p is None
+        else _per_row("top_p", top_p, batch_size, device, torch.float64),
+    )
+
+
+def _rows(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """View a [B] tensor so that it broadcasts over ``like`` = [B, ..., V]."""
+    return values.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _keep_threshold(scaled: torch.Tensor, top_k: torch.Tensor | None,
+                    top_p: torch.Tensor | None) -> torch.Tensor:
+    """The smallest kept logit of each row under top-k then top-p: shape [B, ..., 1]."""
+    vocab_size = scaled.shape[-1]
+    ranked = scaled.sort(dim=-1, descending=True).values
+    threshold = torch.full_like(ranked[..., :1], float("-inf"))
+    if top_k is not None:
+        k = _rows(top_k, ranked).clamp(max=vocab_size)
+        kth_largest = ranked.gather(-1, (k - 1).clamp(min=0).expand_as(threshold))
+        threshold = torch.where(k > 0, kth_largest, threshold)
+    if top_p is not None:
+        # The mass of the top-k distribution, accumulated in float64: over 128k entries a
+        # float32 running sum drifts by more than the gaps between top_p values people use.
+        top_k_probs = ranked.double().masked_fill(ranked < threshold, float("-inf")).softmax(-1)
+        mass = top_k_probs.cumsum(dim=-1)
+        p = _rows(top_p, ranked)
+        # Tokens before the prefix reaches top_p are kept, and so is the one that reaches it.
+        num_kept = (mass < p).sum(dim=-1, keepdim=True) + 1
+        last_kept = ranked.gather(-1, num_kept.clamp(max=vocab_size) - 1)
+        threshold = torch.where(p < 1, torch.maximum(threshold, last_kept), threshold)
+    return threshold
+
+
+def filtered_logits(logits: torch.Tensor, params: SampleParams) -> torch.Tensor:
+    """logits [B, ..., V] -> float32 logits * (1 / temperature), filtered-out entries at -inf.
+
+    Greedy rows are scaled by 1 instead of 1 / 0: their distribution is one-hot at the argmax,
+    which neither scaling nor filtering changes.
+    """
+    # One reciprocal per row, then a multiply per entry: a division per entry costs several
+    # times more on a CPU, over every pass through the logits.
+    inverse_temperature = 1.0 / torch.where(params.temperature == 0, 1.0, params.temperature)
+    scaled = logits.float() * _rows(inverse_temperature, logits)
+    if params.top_k is None and params.top_p is None:
+        return scaled
+    threshold = _keep_threshold(scaled, params.top_k, params.top_p)
+    return scaled.masked_fill(scaled < threshold, float("-inf"))
+
+
+def log_normalizer(filtered: torch.Tensor, row_max: torch.Tensor) -> torch.Tensor:
+    """logsumexp over the last dim, given each row's max [..., 1] (which the caller has from
+    ``max_and_argmax`` anyway): log Z such that exp(filtered - log Z) sums to 1."""
+    return row_max + (filtered - row_max).exp().sum(dim=-1, keepdim=True).log()
+
+
+def _sample_core(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None,
+                 top_p: torch.Tensor | None, exponentials: torch.Tensor) -> SampleOutput:
+    filtered = filtered_logits(logits, SampleParams(temperature, top_k, top_p))
+    row_max, top = max_and_argmax(filtered)
+    probs = (filtered - log_normalizer(filtered, row_max[:, None])).exp()
+    vocab = torch.arange(filtered.shape[-1], device=filtered.device)
+    one_hot = (vocab == top[:, None]).float()  # the distribution of a greedy row
+    probs = torch.where((temperature == 0)[:, None], one_hot, probs)
+    return SampleOutput(race(probs, exponentials), probs)
+
+
+# Created once: a graph is compiled per (shape, dtype, which filters are on) and then reused.
+_sample_compiled = torch.compile(_sample_core, fullgraph=True, dynamic=False)
+
+
+def sample(logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None,
+           exponentials: torch.Tensor | None = None, generator: torch.Generator | None = None,
+           compiled: bool = True) -> SampleOutput:
+    """Draw one token per row of ``logits`` [B, V] under temperature -> top-k -> top-p.
+
+    Returns the token ids [B] and the float32 probabilities [B, V] they were drawn from (a
+    probabilistic drafter passes these on as ``draft_probs``). ``exponentials`` [B, V] is the
+    Exp(1) noise; when None it is drawn from ``generator``. ``compiled=False`` runs the same
+    tensor code eagerly.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        raise ValueError(f"logits must be a float [B, V] tensor, got "
+                         f"{getattr(logits, 'shape', type(logits))}")
+    batch_size, vocab_size = logits.shape
+    params = normalize_params(temperature, top_k, top_p, batch_size, logits.device)
+    if exponentials is None:
+        exponentials = draw_exponentials((batch_size, vocab_size), generator, logits.device)
+    elif exponentials.shape != logits.shape or exponentials.device != logits.device:
+        raise ValueError(f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
+                         f"got {list(exponentials.shape)} on {exponentials.device}")
+    core = _sample_compiled if compiled else _sample_core
+    return core(logits, *params, exponentials.float())

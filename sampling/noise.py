@@ -1,0 +1,66 @@
+"""Randomness for the sampler: the draws it consumes, and the one way it turns noise into a token.
+
+The sampler is a pure function of its inputs: the caller (the decode loop, a test) may inject
+uniforms and exponential noise; only when it does not are they drawn here, from a
+``torch.Generator``, outside any compiled graph.
+
+``race`` is the single place where a full-vocabulary draw happens, shared by ``sample`` and the
+rejection sampler's corrective-or-bonus draw. With E_v ~ Exp(1) independent, E_v / w_v is
+exponential with rate w_v, so the smallest one - the largest w_v / E_v - wins with probability
+w_v / sum(w). That samples from w without normalising it (the Gumbel-max trick in another form).
+"""
+
+import torch
+
+
+def draw_uniforms(shape: tuple[int, ...], generator: torch.Generator | None,
+                  device: torch.device) -> torch.Tensor:
+    """U[0, 1) in float64, the acceptance draws u."""
+    return torch.rand(shape, dtype=torch.float64, device=device, generator=generator)
+
+
+def draw_exponentials(shape: tuple[int, ...], generator: torch.Generator | None,
+                      device: torch.device) -> torch.Tensor:
+    """Exp(1) noise in float32 for ``race``."""
+    noise = torch.empty(shape, dtype=torch.float32, device=device)
+    return noise.exponential_(generator=generator)
+
+
+def _max_and_first_index(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The max of int32 ``ordered`` along the last dim and the FIRST index holding it, as ONE
+    int64 max-reduction over keys with the value on top and the index, reversed, below.
+
+    Why not torch.argmax: Inductor's CPU argmax carries (value, index) pairs through the loop
+    and runs several times slower than a plain max; over a 128k vocabulary it costs more than
+    the softmax. This form costs about as much as a max and fuses with the other reductions.
+    """
+    vocab_size = ordered.shape[-1]
+    reversed_index = vocab_size - 1 - torch.arange(vocab_size, device=ordered.device)
+    best = ((ordered.long() << 32) | reversed_index).amax(dim=-1)
+    return (best >> 32).int(), vocab_size - 1 - (best & 0xFFFFFFFF)
+
+
+def max_and_argmax(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.max(values, dim=-1)`` for float32 without NaN: the largest value and the first
+    index that holds it (see ``_max_and_first_index`` for why it is not written that way)."""
+    values = torch.where(values == 0, 0.0, values)  # -0.0 == 0.0: give both the bits of 0.0
+    bits = values.view(torch.int32)
+    # Float bits order like sign-magnitude integers; flipping the magnitude bits of negative
+    # values gives two's-complement order, and flipping them back undoes it.
+    best, index = _max_and_first_index(torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits))
+    return torch.where(best < 0, best ^ 0x7FFFFFFF, best).view(torch.float32), index
+
+
+def race(weights: torch.Tensor, exponentials: torch.Tensor) -> torch.Tensor:
+    """Index along the last dim of argmax(w / E): a draw proportional to the weights w >= 0.
+
+    Guards: a positive weight scores w * (1 / E) >= 0, which is inf when E = 0 and 0 when
+    E = inf, never NaN; a zero weight scores below every positive one, so it never wins. Ties
+    go to the smallest index. If no weight is positive the result is index 0: callers that can
+    meet that case check for it.
+    """
+    # w * (1 / E) rather than w / E: two races over the same noise (corrective and fallback)
+    # share one reciprocal per entry. The bits of a float >= 0 order like the float itself, and
+    # -1 sits below all of them.
+    scores = (weights * exponentials.reciprocal()).view(torch.int32)
+    return _max_and_first_index(torch.where(weights > 0, scores, -1))[1]
