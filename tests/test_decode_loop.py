@@ -1,0 +1,337 @@
+"""The decode loop's mechanics (issue 4, "Tests"): seeds, stopping, the caches, stats, host
+reads, and the compiled path.
+
+Exactness of the output law is tests/test_decode_exactness.py's job; here the questions are
+whether each row gets its own reproducible randomness, stops where it must, and whether every
+logit the loop computes is the logit a fresh, cache-free forward over the row's real sequence
+gives.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import minispec.decode as decode
+from _enumerate import full_logits, perturbed_copy, random_gpt
+from minispec.decode import GenerationOutput, LoopState, SpeculativeDecoder, advance
+from minispec.params import SamplingParams, SpeculativeConfig
+from model.gpt import GPT
+from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
+
+
+def pair(vocab: int = 32, max_seq_len: int = 32, seed: int = 0, mix: float = 0.15,
+         cls: type[GPT] = GPT) -> tuple[GPT, GPT]:
+    """A float32 target with O(1) logits and a draft that agrees with it often, not always."""
+    target = random_gpt(vocab, seed, scale=1.5, max_seq_len=max_seq_len, cls=cls)
+    return target, perturbed_copy(target, seed + 1, mix)
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds
+
+
+def request(seed: int, prompt_len: int = 3) -> tuple[list[int], SamplingParams]:
+    return [1 + i % 30 for i in range(prompt_len)], SamplingParams(temperature=1.0, seed=seed, max_new_tokens=16)
+
+
+@pytest.mark.parametrize("k,method", [(0, "greedy"), (3, "probabilistic"), (2, "greedy")])
+def test_seeded_request_is_reproducible_and_independent_of_its_batch(k: int, method: str) -> None:
+    decoder = SpeculativeDecoder(*pair(max_seq_len=128), compile=False)
+    spec = SpeculativeConfig(k, method)
+    prompt, params = request(seed=1234)
+
+    def tokens_in(batch: list[tuple[list[int], SamplingParams]]) -> list[int]:
+        prompts, row_params = zip(*batch)
+        out = decoder.generate(list(prompts), list(row_params), spec)
+        return out.token_ids[[p for p, _ in batch].index(prompt)]
+
+    alone = tokens_in([(prompt, params)])
+    assert tokens_in([(prompt, params)]) == alone  # same seed, same tokens
+    # Other rows: a 70-token prompt (a wider prefill: 128 instead of 64 columns), top-k and top-p
+    # switched on for the batch (off for our row), other lengths and seeds, our row moved around.
+    long_prompt, other = request(seed=7, prompt_len=70)
+    other.top_k, other.max_new_tokens = 5, 30
+    short_prompt, third = request(seed=99, prompt_len=2)
+    third.top_p = 0.9
+    assert tokens_in([(long_prompt, other), (prompt, params), (short_prompt, third)]) == alone
+    assert tokens_in([(short_prompt, third), (long_prompt, other), (prompt, params)]) == alone
+    # ... and the seed matters: another seed gives other tokens.
+    assert tokens_in([(prompt, SamplingParams(temperature=1.0, seed=1235, max_new_tokens=16))]) != alone
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping
+
+
+def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
+    """The bookkeeping in isolation, K = 3: each row's emitted ids [n accepted + 1, -1 ...]."""
+    e, k = EOS_TOKEN_ID, 3
+    emitted = torch.tensor([[5, 6, e, 7],     # n = 3 but EOS third: keep 3 tokens, done
+                            [5, 6, 7, 8],     # n = 3, only 2 tokens left under max_new: keep 2, done
+                            [5, e, e, e],     # n = 0: only the corrective counts; the EOS after it is not emitted
+                            [5, 6, 7, 8],     # already done: nothing changes
+                            [e, -1, -1, -1]])  # n = 0, the corrective is EOS: keep it, done
+    num_accepted = torch.tensor([3, 3, 0, 3, 0])
+    b = len(num_accepted)
+    seq_len = torch.tensor([2, 3, 4, 5, 2])
+    tokens = torch.zeros(b, 12, dtype=torch.long)
+    state = LoopState(tokens=tokens, seq_len=seq_len, generated=torch.tensor([0, 3, 1, 2, 0]),
+                      max_new=torch.tensor([8, 5, 8, 8, 8]), done=torch.tensor([False, False, False, True, False]),
+                      seeds=torch.zeros(b, dtype=torch.long), rounds=torch.zeros(b, dtype=torch.long),
+                      accepted=torch.zeros(b, dtype=torch.long), position_accepted=torch.zeros(b, k, dtype=torch.long),
+                      alpha_sum=torch.zeros(b, dtype=torch.float64), alpha_count=torch.zeros(b, dtype=torch.long))
+    new, snapshot = advance(state, emitted, num_accepted, torch.full((b, k), 0.5), e)
+    counts = [3, 2, 1, 0, 1]
+    assert new.seq_len.tolist() == [s + c for s, c in zip(seq_len.tolist(), counts)]
+    assert new.generated.tolist() == [3, 5, 2, 2, 1]
+    assert new.done.tolist() == [True, True, False, True, True]
+    assert snapshot[:, k + 1].tolist() == counts
+    for row in range(b):
+        kept = emitted[row, :counts[row]].tolist()
+        assert snapshot[row, :k + 1].tolist() == kept + [-1] * (k + 1 - counts[row])
+        start = int(seq_len[row])
+        assert new.tokens[row, start:start + counts[row]].tolist() == kept
+        assert (new.tokens[row, start + counts[row]:] == 0).all()  # nothing written past the count
+    assert new.rounds.tolist() == [1, 1, 1, 0, 1]  # the done row is not counted
+
+
+def test_each_row_stops_at_its_max_new_tokens() -> None:
+    """No EOS in a vocabulary of 32: each row runs to exactly its own budget, whatever K+1 does
+    not divide and however many tokens its last round would have brought."""
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    budgets = [1, 2, 3, 5, 7, 11]
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate(budgets)]
+    out = decoder.generate([[1, 2, 3]] * len(budgets), params, SpeculativeConfig(3, "probabilistic"))
+    assert [len(t) for t in out.token_ids] == budgets
+    assert out.stats.emitted == sum(budgets)
+
+
+class EOSLeaningGPT(GPT):
+    """A GPT whose EOS logit is raised by a constant, so that random rows end on their own."""
+
+    eos_bias = 5.0
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = super().forward(tokens, positions)
+        return logits + torch.where(torch.arange(logits.shape[-1]) == EOS_TOKEN_ID, self.eos_bias, 0.0)
+
+
+def test_each_row_stops_right_after_its_first_eos() -> None:
+    decoder = SpeculativeDecoder(*pair(vocab=VOCAB_SIZE, cls=EOSLeaningGPT), compile=False)
+    budgets = [1 + i % 12 for i in range(64)]
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate(budgets)]
+    out = decoder.generate([[256, 1 + i % 7] for i in range(64)], params, SpeculativeConfig(3, "probabilistic"))
+    ended_on_eos = ran_out = eos_mid_round = 0
+    for ids, origins, budget in zip(out.token_ids, out.origins, budgets):
+        assert EOS_TOKEN_ID not in ids[:-1]  # nothing follows the first EOS
+        assert 1 <= len(ids) <= budget
+        if ids[-1] == EOS_TOKEN_ID:
+            ended_on_eos += len(ids) < budget
+            # An accepted draft EOS: the round's later tokens were cut off.
+            eos_mid_round += origins[-1] == decode.ACCEPTED
+        else:
+            assert len(ids) == budget  # no EOS: the row ran to its budget, not short of it
+            ran_out += 1
+    # The test has teeth: rows end both ways, and some EOS came in the middle of a round.
+    assert ended_on_eos >= 5 and ran_out >= 5 and eos_mid_round >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Caches
+
+
+class Recorder:
+    """Wraps a decoder's model forward and logs (model, tokens, positions, logits) per call."""
+
+    def __init__(self, name: str, forward, log: list) -> None:
+        self.name, self.forward, self.log = name, forward, log
+
+    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        logits = self.forward(tokens, positions)
+        self.log.append((self.name, tokens.clone(), positions.clone(), logits.clone()))
+        return logits
+
+
+def cache_mismatch(decoder: SpeculativeDecoder, prompts: list[list[int]], outputs: list[list[int]],
+                   log: list, k: int) -> float:
+    """Largest |logit - fresh recompute| over every draft and target call after the prefills.
+
+    A round's calls (the draft steps, then the target's verify) all see one true sequence per
+    row: its committed tokens (prompt + final output) up to seq_len, then the K tokens drafted
+    this round, which the verify call lists. Every call must feed exactly that sequence's tokens
+    at its positions, and return the logits of a cache-free forward over it.
+    """
+    worst = 0.0
+    models = {"target": decoder.target, "draft": decoder.draft}
+    calls = log[2:]  # after the target's and the draft's prefill
+    round_calls: list = []
+    for call in calls:
+        round_calls.append(call)
+        if call[0] != "target":
+            continue
+        _, verify_tokens, verify_positions, _ = call
+        for b in range(len(prompts)):
+            seq_len = int(verify_positions[b, 0]) + 1
+            truth = (prompts[b] + outputs[b])[:seq_len] + verify_tokens[b, 1:].tolist()
+            assert len(truth) == seq_len + k
+            fresh = {name: full_logits(model, torch.tensor([truth]))[0] for name, model in models.items()}
+            for name, tokens, positions, logits in round_calls:
+                start, t = int(positions[b, 0]), tokens.shape[1]
+                assert positions[b].tolist() == list(range(start, start + t))
+                assert tokens[b].tolist() == truth[start:start + t], (name, b, start)
+                worst = max(worst, float((logits[b] - fresh[name][start:start + t]).abs().max()))
+        round_calls = []
+    return worst
+
+
+def run_recorded(decoder: SpeculativeDecoder, k: int,
+                 draft_wrapper=None) -> tuple[list[list[int]], GenerationOutput, list]:
+    """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
+    what reaches the draft (the recording sees what the model really got)."""
+    log: list = []
+    decoder.target_forward = Recorder("target", decoder.target_forward, log)
+    draft_forward = Recorder("draft", decoder.draft_forward, log)
+    decoder.draft_forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
+    prompts = [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
+    params = [SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m) for i, m in enumerate([14, 9, 12])]
+    out = decoder.generate(prompts, params, SpeculativeConfig(k, "probabilistic"))
+    return prompts, out, log
+
+
+def test_logits_after_rejections_and_full_acceptance_equal_a_fresh_recompute() -> None:
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    k = 3
+    prompts, out, log = run_recorded(decoder, k)
+    # Both kinds of round happened and were followed by another round of the same row.
+    assert any(decode.BONUS in o[:-1] for o in out.origins)
+    assert any(decode.CORRECTIVE in o[:-1] for o in out.origins)
+    assert cache_mismatch(decoder, prompts, out.token_ids, log, k) <= 1e-4
+    assert max(float(c[3].std()) for c in log) > 0.5  # logits are O(1): the bound is not vacuous
+
+
+def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -> None:
+    """Power: a loop that fed the draft only [last] (not [previous, last]) would leave x_K out
+    of the draft's cache after a round that accepted all K drafts."""
+
+    def last_only(draft_forward):
+        return lambda t, p: draft_forward(t[:, -1:], p[:, -1:]) if t.shape[1] == 2 else draft_forward(t, p)
+
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    prompts, out, log = run_recorded(decoder, 3, last_only)
+    assert any(decode.BONUS in o[:-1] for o in out.origins)
+    assert cache_mismatch(decoder, prompts, out.token_ids, log, 3) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# Stats and host reads
+
+
+def test_k0_is_one_token_per_target_forward_and_one_host_sync_per_round() -> None:
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([5, 9])]
+    stats = decoder.generate([[1, 2], [3, 4, 5]], params, SpeculativeConfig(0)).stats
+    assert stats.tokens_per_target_forward == 1.0
+    assert stats.rounds == stats.emitted == 14 and stats.batch_rounds == 9
+    assert stats.host_syncs == stats.batch_rounds
+    assert stats.alpha is None and stats.draft_acceptance_rate is None
+
+
+def test_a_draft_equal_to_the_target_is_always_accepted() -> None:
+    """Greedy, draft == target: every draft passes, so alpha = acceptance rate = 1 and each
+    round brings K + 1 tokens (eq. (1) at alpha = 1)."""
+    target = random_gpt(32, 3, scale=1.5, max_seq_len=32)
+    decoder = SpeculativeDecoder(target, perturbed_copy(target, 4, mix=0.0), compile=False)
+    k = 3
+    params = [SamplingParams(temperature=0.0, max_new_tokens=12) for _ in range(2)]
+    stats = decoder.generate([[1, 2], [3, 4, 5]], params, SpeculativeConfig(k)).stats
+    assert stats.alpha == 1.0 and stats.draft_acceptance_rate == 1.0
+    assert stats.per_position_acceptance == [1.0] * k
+    assert stats.tokens_per_target_forward == stats.mean_acceptance_length == k + 1
+    assert stats.host_syncs == stats.batch_rounds == 3
+
+
+HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "numpy")
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_the_loop_reads_the_device_once_per_round(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count every tensor-to-host read made by minispec/decode.py inside generate's rounds
+    (prefill and the final stats copy are outside them). sampling/ checks its CPU inputs'
+    values on the host, which it skips on an accelerator, so reads made there do not count."""
+    reads: list[str] = []
+    for name in HOST_READS:
+        method = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _method=method, **kwargs):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename == decode.__file__ and caller.co_name not in ("prefill", "_collect"):
+                reads.append(caller.co_name)
+            return _method(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([6, 10])]
+    stats = decoder.generate([[1, 2], [3, 4, 5]], params, SpeculativeConfig(k, "probabilistic")).stats
+    monkeypatch.undo()
+    assert stats.batch_rounds > 1 and len(reads) == stats.batch_rounds == stats.host_syncs, reads
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters reach the sampler as given
+
+
+class ConstantLogitsGPT(GPT):
+    """Logits [log 9 - 1 ulp, 0] at every position: the top token's mass is 0.89999998."""
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        top = torch.nextafter(torch.tensor(9.0).log(), torch.tensor(0.0))
+        return torch.stack([top, torch.tensor(0.0)]).expand(*tokens.shape, 2).clone()
+
+
+def test_top_p_is_not_rounded_to_float32_on_its_way_to_the_sampler() -> None:
+    """top_p = 0.9 must keep the second token here (mass 0.89999998 < 0.9), so it is drawn
+    with probability 0.1. In float32, 0.9 is 0.89999998 and that token was never drawn."""
+    decoder = SpeculativeDecoder(random_gpt(2, 0, cls=ConstantLogitsGPT), compile=False)
+    rows = 400
+    params = [SamplingParams(temperature=1.0, top_p=0.9, seed=i, max_new_tokens=1) for i in range(rows)]
+    out = decoder.generate([[0, 1]] * rows, params, SpeculativeConfig(0))
+    # Binomial(400, 0.1): mean 40; fewer than 8 has probability 4e-11.
+    assert sum(t == [1] for t in out.token_ids) >= 8
+
+
+def test_no_compile_means_no_compiled_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile=False (the CLI's --no-compile) runs sampling/ eagerly too, not through its
+    torch.compile'd graphs (which also cost minutes of compiling on a small CPU)."""
+    import sampling.constraints
+    import sampling.rejection
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a compiled sampler graph ran under compile=False")
+
+    monkeypatch.setattr(sampling.constraints, "_sample_compiled", refuse)
+    monkeypatch.setattr(sampling.rejection, "_rejection_compiled", refuse)
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    params = [SamplingParams(temperature=1.0, seed=1, max_new_tokens=4)]
+    for k in (0, 2):
+        assert len(decoder.generate([[1, 2]], params, SpeculativeConfig(k, "probabilistic")).token_ids[0]) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled path
+
+
+def test_compiled_loop_runs_fullgraph_and_matches_eager() -> None:
+    """One small compiled run (every step function under torch.compile(fullgraph=True), the
+    sampler's graphs too): same tokens as the eager loop, and a second call recompiles nothing."""
+    target, draft = pair(vocab=16, max_seq_len=16)
+    prompts = [[1, 2], [3, 4, 5]]
+    params = lambda: [SamplingParams(temperature=1.0, seed=5 + i, max_new_tokens=6) for i in range(2)]  # noqa: E731
+    spec = SpeculativeConfig(1, "greedy")
+    eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
+    compiled = SpeculativeDecoder(target, draft, compile=True)
+    first = compiled.generate(prompts, params(), spec)
+    assert first.token_ids == eager.token_ids
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert compiled.generate(prompts, params(), spec).token_ids == eager.token_ids
