@@ -1,0 +1,144 @@
+"""make verify: the worked example that motivates minispec, through its own compiled sampler.
+
+    python -m minispec verify [--draws 2000000] [--rounds 200000] [--seed 0]
+
+1. p = [0.50, 0.25, 0.15, 0.07, 0.03], q = [0.30, 0.40, 0.10, 0.15, 0.05], one draft per round.
+   For a probabilistic draft (x ~ q), a one-hot argmax draft (x = 1) and naive resampling, it
+   prints the acceptance rate, the output frequencies and the L1 distance to p. Expected:
+   acceptance 0.75 / 0.25 / 0.75 (sum min(p, q), p(1), sum min(p, q)); output p, p, and for
+   naive min(p, q) + 0.25 p, whose token 0 is 0.425 and whose L1 to p is 0.175.
+2. Eq. (1) of Leviathan et al.: a round emits (1 - a^(g+1)) / (1 - a) tokens on average when
+   every position accepts with probability a and g tokens are drafted. For a in {0.75, 0.9}
+   and g in {3, 7} it simulates rounds through the sampler with a (p, q) pair whose
+   sum min(p, q) is a, and prints the measured mean next to the formula.
+
+Every measured figure is compared with its exact expected value; the run fails (exit 1) if
+any is off by more than 6 standard deviations of its sampling error (a false alarm has
+probability about 2e-9 per figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from sampling import rejection_sample
+
+P = np.array([0.50, 0.25, 0.15, 0.07, 0.03])
+Q = np.array([0.30, 0.40, 0.10, 0.15, 0.05])
+SIGMAS = 6.0
+
+
+def _logits(probs: np.ndarray) -> torch.Tensor:
+    """float32 logits whose softmax is ``probs`` (a zero becomes -inf)."""
+    return torch.tensor(probs, dtype=torch.float64).log().float()
+
+
+class Verdict:
+    """Collects measured-vs-expected figures and whether each is within SIGMAS sigma."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def check(self, name: str, measured: float, expected: float, sigma: float) -> str:
+        ok = abs(measured - expected) <= SIGMAS * sigma + 1e-12
+        if not ok:
+            self.failures.append(f"{name}: measured {measured:.5f}, expected {expected:.5f} "
+                                 f"+- {SIGMAS * sigma:.5f}")
+        return " " if ok else "!"
+
+
+def worked_example(draws: int, seed: int, verdict: Verdict) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    logits = _logits(P).expand(draws, 2, len(P)).contiguous()
+    q = torch.tensor(Q, dtype=torch.float32).expand(draws, 1, len(Q)).contiguous()
+    alpha = np.minimum(P, Q).sum()
+    naive_law = np.minimum(P, Q) + (1 - alpha) * P
+    methods = [  # name, draft ids, draft_probs, method, expected acceptance, expected output
+        ("probabilistic", torch.multinomial(q[:, 0], 1, replacement=True, generator=gen), q,
+         "standard", alpha, P),
+        ("one-hot argmax", torch.full((draws, 1), int(Q.argmax())), None, "standard",
+         P[Q.argmax()], P),
+        ("naive", torch.multinomial(q[:, 0], 1, replacement=True, generator=gen), q, "naive",
+         alpha, naive_law),
+    ]
+    print(f"1. p = {P.tolist()}, q = {Q.tolist()}; {draws:,} rounds of one draft each\n")
+    print(f"{'method':<15} {'accept':>7} {'expect':>7}  {'output frequencies':<36} "
+          f"{'L1 to p':>7} {'expect':>7}")
+    for name, drafts, draft_probs, method, expected_accept, expected_out in methods:
+        out = rejection_sample(logits, drafts, draft_probs, generator=gen, method=method)
+        accept = out.num_accepted.double().mean().item()
+        freq = np.bincount(out.token_ids[:, 0].numpy(), minlength=len(P)) / draws
+        l1, expected_l1 = np.abs(freq - P).sum(), np.abs(expected_out - P).sum()
+        cell_sigma = np.sqrt(expected_out * (1 - expected_out) / draws)
+        marks = verdict.check(f"{name} acceptance", accept, expected_accept,
+                              np.sqrt(expected_accept * (1 - expected_accept) / draws))
+        marks += "".join(verdict.check(f"{name} frequency of token {i}", f, e, s)
+                         for i, (f, e, s) in enumerate(zip(freq, expected_out, cell_sigma)))
+        # |L1 - expected L1| <= sum |freq - expected|, so the cells' sigmas bound its error.
+        marks += verdict.check(f"{name} L1 to p", l1, expected_l1, cell_sigma.sum())
+        print(f"{name:<15} {accept:7.4f} {expected_accept:7.4f}  "
+              f"{' '.join(f'{f:.4f}' for f in freq):<36} {l1:7.4f} {expected_l1:7.4f}"
+              f"{'  <- off' if marks.strip() else ''}")
+    print(f"\nnaive's token 0: {naive_law[0]:.3f} expected (min(p, q) + (1 - alpha) p)")
+
+
+def pair_with_acceptance(alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """p and q over 4 tokens with sum min(p, q) = alpha: they share alpha on tokens 0 and 1
+    and put the rest on different tokens."""
+    p = np.array([alpha / 2, alpha / 2, 1 - alpha, 0.0])
+    q = np.array([alpha / 2, alpha / 2, 0.0, 1 - alpha])
+    return p, q
+
+
+def tokens_per_round(rounds: int, seed: int, verdict: Verdict) -> None:
+    print("\n2. Eq. (1): expected tokens per round (1 - a^(g+1)) / (1 - a), against rounds "
+          f"simulated through the sampler ({rounds:,} rounds each)\n")
+    print(f"{'alpha':>5} {'gamma':>5} {'eq. (1)':>8} {'measured':>9} {'6 sigma':>8}")
+    gen = torch.Generator().manual_seed(seed + 1)
+    for alpha in (0.75, 0.9):
+        p, q = pair_with_acceptance(alpha)
+        for gamma in (3, 7):
+            logits = _logits(p).expand(rounds, gamma + 1, 4)
+            q_rows = torch.tensor(q, dtype=torch.float32).expand(rounds, gamma, 4)
+            drafts = torch.multinomial(q_rows.reshape(-1, 4), 1, replacement=True,
+                                       generator=gen).view(rounds, gamma)
+            out = rejection_sample(logits.contiguous(), drafts, q_rows.contiguous(),
+                                   generator=gen)
+            emitted = (out.num_accepted + 1).double()
+            # The law of n + 1: P(n = i) = a^i (1 - a) for i < g, P(n = g) = a^g.
+            n = np.arange(gamma + 1)
+            law = np.where(n < gamma, alpha ** n * (1 - alpha), alpha ** gamma)
+            mean = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+            assert abs((law * (n + 1)).sum() - mean) < 1e-12
+            sigma = np.sqrt((law * (n + 1 - mean) ** 2).sum() / rounds)
+            measured = emitted.mean().item()
+            mark = verdict.check(f"tokens per round, alpha {alpha}, gamma {gamma}", measured,
+                                 mean, sigma)
+            print(f"{alpha:5.2f} {gamma:5d} {mean:8.3f} {measured:9.3f} {SIGMAS * sigma:8.3f}"
+                  f"{'  <- off' if mark.strip() else ''}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="minispec verify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--draws", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=200_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print("compiling the sampler's graphs on first use (cached on disk afterwards) ...\n",
+          flush=True)
+    verdict = Verdict()
+    worked_example(args.draws, args.seed, verdict)
+    tokens_per_round(args.rounds, args.seed, verdict)
+    if verdict.failures:
+        print("\nFAILED: " + "; ".join(verdict.failures))
+        return 1
+    print(f"\nall figures within {SIGMAS:g} sigma of their expected values")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
