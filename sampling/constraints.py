@@ -148,8 +148,14 @@ def _sample_core(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
     return SampleOutput(race(probs, exponentials), probs)
 
 
+# How sampling/ compiles: one graph per static shape (dynamic=False), no graph breaks, and on a
+# CPU no OpenMP team for a kernel with under 32k elements of work per thread. At decode sizes
+# (B = 1, a byte vocabulary) the work is microseconds, and waking a second thread costs more,
+# much more when another process holds that core (measured: 40 ms instead of 0.1 ms).
+COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 32768})
+
 # Created once: a graph is compiled per (shape, dtype, which filters are on) and then reused.
-_sample_compiled = torch.compile(_sample_core, fullgraph=True, dynamic=False)
+_sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)
 
 
 def sample(logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None,

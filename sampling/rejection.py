@@ -20,7 +20,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from sampling.constraints import SampleParams, filtered_logits, log_normalizer, normalize_params
+from sampling.constraints import (COMPILE_OPTIONS, SampleParams, filtered_logits, log_normalizer,
+                                  normalize_params)
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -95,7 +96,7 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
 
 # Created once: a graph is compiled per (shapes, dtypes, one-hot or not, filters on, method) and
 # reused for every later call that matches.
-_rejection_compiled = torch.compile(_rejection_core, fullgraph=True, dynamic=False)
+_rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
 
 
 def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials,
