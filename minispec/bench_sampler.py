@@ -2,7 +2,8 @@
 
     python -m minispec bench-sampler [--out results] [--device cpu] [--repeats 7]
 
-For each size (B, K, V) and draft kind it times, warm, as the median of --repeats calls:
+For each size (B, K, V) and draft kind it times, warm, as the median of --repeats calls (the
+contenders take turns, so load from other processes falls on all of them alike):
 - compiled: sampling.rejection_sample, the default torch.compile(fullgraph=True) path;
 - eager: the same tensor code run without compiling (compiled=False);
 - plain: sampling.reference, the loop that reads like Algorithm 1 (small sizes only);
@@ -67,11 +68,6 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _median_ms(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    _timed(fn, device)  # warm-up
-    return 1e3 * statistics.median(_timed(fn, device) for _ in range(repeats))
-
-
 def measure(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
             device: torch.device, repeats: int) -> dict:
     args = _inputs(batch_size, num_drafts, vocab_size, one_hot, device)
@@ -80,16 +76,25 @@ def measure(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
                draft="one-hot" if one_hot else "probabilistic",
                input_mb=sum(t.numel() * t.element_size() for t in tensors) / 2**20)
     row["compile_s"] = _timed(lambda: rejection_sample(**args), device)
-    row["compiled_ms"] = _median_ms(lambda: rejection_sample(**args), device, repeats)
-    row["eager_ms"] = _median_ms(lambda: rejection_sample(**args, compiled=False), device,
-                                 repeats)
-    row["floor_ms"] = _median_ms(lambda: [t.sum() for t in tensors], device, repeats)
-    row["plain_ms"] = None
+    contenders = {
+        "compiled": lambda: rejection_sample(**args),
+        "eager": lambda: rejection_sample(**args, compiled=False),
+        "floor": lambda: [t.sum() for t in tensors],
+    }
     if batch_size * (num_drafts + 1) * vocab_size <= PLAIN_MAX_LOGITS:
         cpu = {k: None if v is None else v.cpu() for k, v in args.items()}
-        plain = lambda: reference.rejection_sample(**cpu, temperature=1.0, top_k=None,  # noqa: E731
-                                                   top_p=None)
-        row["plain_ms"] = _median_ms(plain, torch.device("cpu"), max(1, repeats // 2))
+        contenders["plain"] = lambda: reference.rejection_sample(  # noqa: E731
+            **cpu, temperature=1.0, top_k=None, top_p=None)
+    # Interleaved, so that a burst of load from other processes (this is often a shared
+    # machine) hits every contender alike instead of one of them.
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for name, fn in contenders.items():
+        _timed(fn, device)  # warm-up
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            times[name].append(_timed(fn, device))
+    for name in ("compiled", "eager", "floor", "plain"):
+        row[f"{name}_ms"] = 1e3 * statistics.median(times[name]) if name in times else None
     row["eager_over_compiled"] = row["eager_ms"] / row["compiled_ms"]
     row["compiled_over_floor"] = row["compiled_ms"] / row["floor_ms"]
     return row
@@ -104,8 +109,7 @@ def machine(device: torch.device) -> dict:
                 break
     except OSError:
         pass
-    info = dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__,
-                threads=torch.get_num_threads(), device=str(device))
+    info = dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__, device=str(device))
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     if hasattr(os, "getloadavg"):
@@ -141,16 +145,19 @@ def goals(rows: list[dict]) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     m = report["machine"]
-    load = (f", load average {m['load_average_at_start']} at the start (a shared machine)"
+    load = (f" Load average {m['load_average_at_start']} at the start and "
+            f"{m['load_average_at_end']} at the end: other processes shared the machine."
             if "load_average_at_start" in m else "")
     lines = ["# Sampler benchmark\n",
-             f"Machine: {m['cpu']}, {m['cores']} cores, {m['threads']} torch threads, torch "
-             f"{m['torch']}, device {m.get('gpu', m['device'])}{load}. Median of "
-             f"{report['repeats']} warm calls; floor = one read of every input tensor.\n",
-             HEADER, "|" + "---|" * 11]
-    lines += [format_row(r) for r in report["rows"]]
-    lines += ["", "Goals:", ""] + [f"- {g}" for g in report["goals"]]
-    return "\n".join(lines) + "\n"
+             f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
+             f"{m.get('gpu', m['device'])}.{load} Median of {report['repeats']} warm calls, "
+             "taken in turns; floor = one read of every input tensor (a sum of each).\n"]
+    for run in report["runs"]:
+        lines += [f"## {run['threads']} thread{'s' if run['threads'] > 1 else ''}\n", HEADER,
+                  "|" + "---|" * 11]
+        lines += [format_row(r) for r in run["rows"]]
+        lines += [""] + [f"- {g}" for g in run["goals"]] + [""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,20 +165,26 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results", help="folder for sampler.json/.md")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--threads", default=str(torch.get_num_threads()),
+                        help="comma list of CPU thread counts to run the table with, e.g. 2,1: "
+                             "one thread is the steady figure on a machine other jobs share")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    report = dict(machine=machine(device), repeats=args.repeats, rows=[])
-    print(HEADER, flush=True)
-    for size in SIZES:
-        for one_hot in (True, False):
-            row = measure(*size, one_hot=one_hot, device=device, repeats=args.repeats)
-            report["rows"].append(row)
-            print(format_row(row), flush=True)
+    report = dict(machine=machine(device), repeats=args.repeats, runs=[])
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        print(f"{threads} thread(s)\n{HEADER}", flush=True)
+        rows = []
+        for size in SIZES:
+            for one_hot in (True, False):
+                rows.append(measure(*size, one_hot=one_hot, device=device, repeats=args.repeats))
+                print(format_row(rows[-1]), flush=True)
+        run = dict(threads=threads, rows=rows, goals=goals(rows))
+        print("\n".join(run["goals"]) + "\n", flush=True)
+        report["runs"].append(run)
     if hasattr(os, "getloadavg"):
         report["machine"]["load_average_at_end"] = round(os.getloadavg()[0], 2)
-    report["goals"] = goals(report["rows"])
-    print("\n".join(report["goals"]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sampler.json").write_text(json.dumps(report, indent=2))

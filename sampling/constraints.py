@@ -149,10 +149,11 @@ def _sample_core(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 
 
 # How sampling/ compiles: one graph per static shape (dynamic=False), no graph breaks, and on a
-# CPU no OpenMP team for a kernel with under 32k elements of work per thread. At decode sizes
-# (B = 1, a byte vocabulary) the work is microseconds, and waking a second thread costs more,
-# much more when another process holds that core (measured: 40 ms instead of 0.1 ms).
-COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 32768})
+# CPU no OpenMP team for a kernel with under 128k elements of work per thread. At decode sizes
+# (B = 1, V up to 32k) the work takes microseconds; a team of threads saves a little of that on
+# an idle machine but waits milliseconds whenever another process holds a core (measured at
+# B = 1, V = 256 on the shared 2-core machine: 40 ms per call instead of 0.1 ms).
+COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 131072})
 
 # Created once: a graph is compiled per (shape, dtype, which filters are on) and then reused.
 _sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)

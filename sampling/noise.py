@@ -43,12 +43,14 @@ def _max_and_first_index(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 def max_and_argmax(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.max(values, dim=-1)`` for float32 without NaN: the largest value and the first
     index that holds it (see ``_max_and_first_index`` for why it is not written that way)."""
-    values = torch.where(values == 0, 0.0, values)  # -0.0 == 0.0: give both the bits of 0.0
     bits = values.view(torch.int32)
-    # Float bits order like sign-magnitude integers; flipping the magnitude bits of negative
-    # values gives two's-complement order, and flipping them back undoes it.
-    best, index = _max_and_first_index(torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits))
-    return torch.where(best < 0, best ^ 0x7FFFFFFF, best).view(torch.float32), index
+    # A float's bits are sign and magnitude, and magnitudes order like the floats they encode;
+    # giving negative floats minus their magnitude yields integers in the floats' order, with
+    # -0.0 and 0.0 equal, as they should be.
+    magnitude = bits & 0x7FFFFFFF
+    best, index = _max_and_first_index(torch.where(bits < 0, -magnitude, magnitude))
+    best_bits = torch.where(best < 0, -best | -0x80000000, best)  # back to sign and magnitude
+    return best_bits.view(torch.float32), index
 
 
 def race(weights: torch.Tensor, exponentials: torch.Tensor) -> torch.Tensor:
