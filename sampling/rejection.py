@@ -11,8 +11,12 @@ For each request b with drafts x_1..x_K drawn from q, and target distributions p
 Only that one row per request needs a full-vocabulary draw, so it is gathered and raced alone
 (``sampling.noise.race``), rather than building a residual at every position.
 
-Greedy rows (temperature 0) accept while the draft equals the target argmax and then emit the
-argmax: their p is one-hot, which the same code handles without a branch.
+Greedy rows (temperature 0) accept while the draft equals the target argmax (the first index,
+as torch.argmax) and emit the argmax of row n; torch.where picks per row, so greedy and random
+rows share one call without a branch.
+
+Step by step, ``_rejection_core`` is Algorithm 1 for a whole batch at once; ``reference.py`` is
+the same rule as a loop, for reading and for the tests.
 """
 
 from typing import NamedTuple
@@ -126,8 +130,10 @@ def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponential
     if draft_token_ids.device != device:
         raise ValueError(f"draft_token_ids is on {draft_token_ids.device}, "
                          f"target_logits on {device}")
-    # The value check needs the ids on the host: free on the CPU, a sync on an accelerator, where
-    # it is skipped; there the ids come from an argmax or a sample over the same V.
+    # The range check reads the ids: free on the CPU, a device sync on an accelerator. There it
+    # is skipped rather than made a torch._assert_async, whose failure is a device-side assert
+    # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
+    # over the same V anyway.
     if device.type == "cpu" and draft_token_ids.numel():
         lowest, highest = torch.aminmax(draft_token_ids)
         if lowest < 0 or highest >= vocab_size:
