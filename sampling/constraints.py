@@ -154,6 +154,10 @@ def _sample_core(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.T
 # an idle machine but waits milliseconds whenever another process holds a core (measured at
 # B = 1, V = 256 on the shared 2-core machine: 40 ms per call instead of 0.1 ms).
 COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 131072})
+# Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under fullgraph,
+# fails past it. Here every (shapes, one-hot or not, filters on, method, thread count) is a
+# graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.
+torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
 # Created once: a graph is compiled per (shape, dtype, which filters are on) and then reused.
 _sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)

@@ -2,9 +2,10 @@
 expected target distribution computed independently of the sampler, and a way to run small
 inputs through the compiled sampler without compiling a graph per shape.
 
-The frequency check. A count X of N draws with cell probability p is Binomial(N, p) (or, for
-tokens at later positions, a sum of terms each with conditional mean p given the past, to which
-Freedman's inequality gives the same bound). Bernstein's inequality bounds
+The frequency check. A count X of N draws with cell probability p is Binomial(N, p). That
+holds for a later position j too, given the N rows that reach it: reaching j depends only on
+the earlier positions' drafts and uniforms, and the token emitted at j, given that, is a fresh
+draw from p_j. Bernstein's inequality bounds
 P(|X - Np| >= t) <= 2 exp(-t^2 / (2 (Np(1-p) + t/3))). Solving for t at a per-cell rate
 delta gives the radius below; a test checks all its cells at delta = 1e-6 / (number of cells),
 so by the union bound the whole test raises a false alarm with probability at most 1e-6.
