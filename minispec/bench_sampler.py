@@ -151,7 +151,9 @@ def render_markdown(report: dict) -> str:
     lines = ["# Sampler benchmark\n",
              f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
              f"{m.get('gpu', m['device'])}.{load} Median of {report['repeats']} warm calls, "
-             "taken in turns; floor = one read of every input tensor (a sum of each).\n"]
+             "taken in turns; floor = one read of every input tensor (a sum of each); "
+             "compile s = the first call, which compiles the graph or loads it from "
+             "Inductor's on-disk cache.\n"]
     for run in report["runs"]:
         lines += [f"## {run['threads']} thread{'s' if run['threads'] > 1 else ''}\n", HEADER,
                   "|" + "---|" * 11]
