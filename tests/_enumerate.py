@@ -12,11 +12,22 @@ import copy
 import math
 from collections import Counter
 
+import pytest
 import torch
 
 from model.config import GPTConfig
 from model.gpt import GPT
 from sampling.constraints import filtered_logits, normalize_params
+
+
+@pytest.fixture
+def one_thread():
+    """Run a test with one intra-op thread. These models are tiny: a second thread buys little,
+    and on a shared 2-core machine its spin-waiting made the tests several times slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def random_gpt(vocab_size: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float32,

@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 
 from _enumerate import random_gpt
+from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.cli import main
 from model.checkpoint import save_checkpoint
 from model.tokenizer import VOCAB_SIZE
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTEXT = 64  # the tiny checkpoints' max_seq_len
@@ -90,7 +93,8 @@ def test_bad_input_in_process(case: str, files: dict[str, str], capsys: pytest.C
 
 
 def start(argv: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONWARNINGS": "default"}  # a warning would be a second stderr line: show it
+    # A warning would be a second stderr line: show every one. One thread each: they run at once.
+    env = {**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "minispec", *argv], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

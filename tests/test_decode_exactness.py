@@ -24,10 +24,15 @@ import torch
 
 import minispec.decode as decode
 from _enumerate import chi_square, chi_square_sf, perturbed_copy, random_gpt, sequence_law
+from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from model import tokenizer
+from model.checkpoint import load_pair
 from model.gpt import GPT
 from sampling import SampleOutput
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -62,7 +67,7 @@ def test_greedy_float64_speculative_equals_target_only(float64_pair: tuple[GPT, 
             assert 0 < out.stats.accepted < out.stats.drafted, (k, method)
 
 
-SHIPPED_PROMPTS = ["def fibonacci(n):\n", "import os\n\n\nclass ", "The quick brown fox"]
+SHIPPED_PROMPTS = ["import os\n\n\ndef ", "def add(a, b):\n    return", "import os\n\n\nclass ", "The quick brown fox"]
 
 
 @pytest.mark.skipif(not (CHECKPOINTS / "target.safetensors").is_file()
@@ -72,9 +77,6 @@ def test_greedy_shipped_pair_speculative_equals_target_only() -> None:
     """float32: a batched (K+1)-token verify may round differently from a 1-token step and so
     could, in principle, flip a near-tie between two logits (GUIDE.md section 4). If this ever
     fails, look at the logit gap at the first differing position before doubting the loop."""
-    from model import tokenizer
-    from model.checkpoint import load_pair
-
     target, draft = load_pair(CHECKPOINTS / "target.safetensors", CHECKPOINTS / "draft.safetensors")
     decoder = SpeculativeDecoder(target, draft, compile=False)
     prompts = [tokenizer.encode(p) for p in SHIPPED_PROMPTS]
@@ -83,7 +85,7 @@ def test_greedy_shipped_pair_speculative_equals_target_only() -> None:
     for k, method in ((4, "greedy"), (2, "probabilistic")):
         out = decoder.generate(prompts, params(), SpeculativeConfig(k, method))
         assert out.token_ids == baseline, (k, method)
-        assert out.stats.accepted > 0
+        assert 0 < out.stats.accepted < out.stats.drafted, (k, method)
 
 
 # ---------------------------------------------------------------------------------------------

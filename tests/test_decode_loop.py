@@ -15,10 +15,13 @@ import torch
 
 import minispec.decode as decode
 from _enumerate import full_logits, perturbed_copy, random_gpt
+from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.decode import GenerationOutput, LoopState, SpeculativeDecoder, advance
 from minispec.params import SamplingParams, SpeculativeConfig
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def pair(vocab: int = 32, max_seq_len: int = 32, seed: int = 0, mix: float = 0.15,
