@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
+from minispec.cli import THREADS_HELP
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
@@ -215,11 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="results")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (compiled with reduce-overhead there)")
+    parser.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     parser.add_argument("--skip", default="", help="comma list of parts to skip: batch,sampler,startup")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     out = Path(args.out)
     out.mkdir(exist_ok=True)
+    torch.set_num_threads(args.threads)
     decoder = load_decoder(device=args.device)
     report: dict = {"machine": machine(args.device), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                     "prompts": PROMPTS}

@@ -24,6 +24,13 @@ COLOURS = {"accepted": "\033[32m", "corrective": "\033[33m", "bonus": "\033[36m"
 RESET = "\033[0m"
 
 
+# Decode steps at B = 1 are latency-bound: each of a forward's ~50 kernels is microseconds of
+# work, and an OpenMP team's barrier per kernel costs more than a second core saves. When another
+# process holds that core the barrier waits for it to be scheduled: measured on the 2-core dev
+# machine, the target's step went from 6.8 ms (1 thread) to 35-300 ms (2 threads).
+THREADS_HELP = "CPU threads for torch (default 1: faster for B = 1 decoding, see minispec/cli.py)"
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line and exit code 2 (argparse prints usage too)."""
 
@@ -53,6 +60,7 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)")
     p.add_argument("--draft", default=None, help="draft checkpoint (default: checkpoints/draft.safetensors)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
     return p
 
 
@@ -104,6 +112,9 @@ def run_decode(argv: list[str]) -> int:
     colour = sys.stdout.isatty() and not args.json
     if (problem := device_problem(args.device)) is not None:
         return fail(problem)
+    if args.threads < 1:
+        return fail(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     try:
         decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device, args.compile)
         kwargs = dict(num_speculative_tokens=args.num_speculative_tokens, draft_sample_method=args.draft_sample_method,
