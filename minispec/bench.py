@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if "sampler" not in skip:
         print("3. sampler", flush=True)
         from minispec.bench_sampler import main as bench_sampler_main
-        bench_sampler_main(["--out", str(out), "--device", args.device])
+        bench_sampler_main(["--out", str(out), "--device", args.device, "--threads", "2,1"])
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
         print("4. start-up", flush=True)
