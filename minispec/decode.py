@@ -124,8 +124,10 @@ class SpeculativeDecoder:
         self.advance = compile_fn(advance, "advance", compile)
         # sampling/ compiles its own graphs unless told compiled=False, which compile=False (the
         # CLI's --no-compile) must say too; wrapping only announces their first call per shape.
-        self.sample = compile_fn(partial(sample, compiled=compile), "sampler", False)
-        self.rejection_sample = compile_fn(partial(rejection_sample, compiled=compile), "rejection sampler", False)
+        # check() validated every request up front, so per-round value checks (host reads) are skipped.
+        self.sample = compile_fn(partial(sample, compiled=compile, check_values=False), "sampler", False)
+        self.rejection_sample = compile_fn(partial(rejection_sample, compiled=compile, check_values=False),
+                                           "rejection sampler", False)
         self.sample.announce = self.rejection_sample.announce = compile
         self.batch_size = 0
 
@@ -266,11 +268,11 @@ class SpeculativeDecoder:
 
     @staticmethod
     def _collect(state: LoopState, stats: DecodeStats, k: int) -> None:
-        """Copy the device-side counters into stats (once per generate, after the last round)."""
-        stats.rounds = int(state.rounds.sum())
-        stats.drafted = stats.rounds * k
-        stats.accepted = int(state.accepted.sum())
-        stats.emitted = int(state.generated.sum())
-        stats.position_accepted = state.position_accepted.sum(0).tolist()
-        stats.alpha_sum = float(state.alpha_sum.sum())
-        stats.alpha_count = int(state.alpha_count.sum())
+        """Copy the device-side counters into stats: one read, after the last round."""
+        counters = [state.rounds, state.accepted, state.generated, state.alpha_count, state.alpha_sum]
+        totals = torch.cat([torch.stack([c.sum().double() for c in counters]),
+                            state.position_accepted.sum(0).double()]).tolist()
+        rounds, accepted, emitted, alpha_count = map(int, totals[:4])
+        stats.rounds, stats.drafted, stats.accepted, stats.emitted = rounds, rounds * k, accepted, emitted
+        stats.alpha_count, stats.alpha_sum = alpha_count, totals[4]
+        stats.position_accepted = [int(a) for a in totals[5:]]

@@ -47,19 +47,20 @@ def _per_row(name: str, value, batch_size: int, device: torch.device,
     return value.to(device=device, dtype=dtype)
 
 
-def _check_range(name: str, value, ok, rule: str) -> None:
+def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
     """ValueError unless ``ok(value)`` holds everywhere. Tensor values are checked only on the
-    CPU: reading them from an accelerator would be a device sync, which the decode loop cannot
-    afford once per round; there the caller is trusted."""
+    CPU, and only when ``check_values``: reading them from an accelerator would be a device sync,
+    and even on the CPU a per-round read is a stall the decode loop, which validated its requests
+    once up front, need not pay; there the caller is trusted."""
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu" and not bool(ok(value).all()):
+        if check_values and value.device.type == "cpu" and not bool(ok(value).all()):
             raise ValueError(f"{name} must be {rule}")
     elif not ok(value):
         raise ValueError(f"{name} must be {rule}, got {value!r}")
 
 
 def normalize_params(temperature, top_k, top_p, batch_size: int,
-                     device: torch.device) -> SampleParams:
+                     device: torch.device, check_values: bool = True) -> SampleParams:
     """Validate temperature, top_k and top_p (scalars or [B] tensors) and make them [B] tensors.
 
     A None or 0 top_k scalar, and a None or 1.0 top_p scalar, become None: the filter is not
@@ -69,11 +70,12 @@ def normalize_params(temperature, top_k, top_p, batch_size: int,
         raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
     if isinstance(top_k, float) and not top_k.is_integer():
         raise ValueError(f"top_k must be an integer, got {top_k!r}")
-    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)")
+    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)", check_values)
     if top_k is not None:
-        _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)")
+        _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)", check_values)
     if top_p is not None:
-        _check_range("top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)")
+        _check_range("top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)",
+                     check_values)
 
     if top_k is not None and not isinstance(top_k, torch.Tensor) and top_k == 0:
         top_k = None
@@ -165,19 +167,20 @@ _sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)
 
 def sample(logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None,
            exponentials: torch.Tensor | None = None, generator: torch.Generator | None = None,
-           compiled: bool = True) -> SampleOutput:
+           compiled: bool = True, check_values: bool = True) -> SampleOutput:
     """Draw one token per row of ``logits`` [B, V] under temperature -> top-k -> top-p.
 
     Returns the token ids [B] and the float32 probabilities [B, V] they were drawn from (a
     probabilistic drafter passes these on as ``draft_probs``). ``exponentials`` [B, V] is the
     Exp(1) noise; when None it is drawn from ``generator``. ``compiled=False`` runs the same
-    tensor code eagerly.
+    tensor code eagerly. ``check_values=False`` skips reading tensor arguments' values (shapes are
+    still checked): for a caller that validated them once, like the decode loop.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
         raise ValueError(f"logits must be a float [B, V] tensor, got "
                          f"{getattr(logits, 'shape', type(logits))}")
     batch_size, vocab_size = logits.shape
-    params = normalize_params(temperature, top_k, top_p, batch_size, logits.device)
+    params = normalize_params(temperature, top_k, top_p, batch_size, logits.device, check_values)
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, logits.device)
     elif exponentials.shape != logits.shape or exponentials.device != logits.device:

@@ -104,7 +104,7 @@ _rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
 
 
 def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials,
-              method: str) -> None:
+              method: str, check_values: bool) -> None:
     """Shape, dtype and device checks; host-side only, so they cost no device sync."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -134,7 +134,7 @@ def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponential
     # is skipped rather than made a torch._assert_async, whose failure is a device-side assert
     # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
     # over the same V anyway.
-    if device.type == "cpu" and draft_token_ids.numel():
+    if check_values and device.type == "cpu" and draft_token_ids.numel():
         lowest, highest = torch.aminmax(draft_token_ids)
         if lowest < 0 or highest >= vocab_size:
             raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {vocab_size})")
@@ -158,21 +158,23 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
                      top_p=None, uniforms: torch.Tensor | None = None,
                      exponentials: torch.Tensor | None = None,
                      generator: torch.Generator | None = None, method: str = "standard",
-                     compiled: bool = True) -> RejectionOutput:
+                     compiled: bool = True, check_values: bool = True) -> RejectionOutput:
     """Verify K drafts per request against the target; see the module docstring for the rule.
 
     target_logits [B, K+1, V] (raw), draft_token_ids int64 [B, K], draft_probs [B, K, V] exactly
     as the drafts were drawn (None: a one-hot, greedy draft). temperature / top_k / top_p: a
     scalar or a [B] tensor each. uniforms float64 [B, K] and exponentials float32 [B, V] are the
     randomness; each is drawn from ``generator`` when None. ``compiled=False`` runs the same
-    tensor code eagerly. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and
+    tensor code eagerly. ``check_values=False`` skips reading tensor arguments' values (the
+    draft-id range, per-row parameters) for a caller that validated them once, like the decode
+    loop, whose ids come from an argmax or a sample over the same V. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and
     num_accepted [B].
     """
-    _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials, method)
+    _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials, method, check_values)
     batch_size, num_drafts = draft_token_ids.shape
     vocab_size = target_logits.shape[-1]
     device = target_logits.device
-    params = normalize_params(temperature, top_k, top_p, batch_size, device)
+    params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
     if uniforms is None:
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
     if exponentials is None:
