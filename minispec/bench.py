@@ -65,12 +65,12 @@ def count_host_reads():
 
 
 def run_once(decoder: SpeculativeDecoder, prompts: list[str], k: int, temperature: float, max_new: int,
-             seed: int) -> DecodeStats:
+             seed: int, draft_method: str = "greedy") -> DecodeStats:
     """Decode every prompt as its own B = 1 request and sum the stats."""
     total = DecodeStats(k, position_accepted=[0] * k)
     for i, text in enumerate(prompts):
         params = [SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=max_new)]
-        s = decoder.generate([tokenizer.encode(text)], params, SpeculativeConfig(k)).stats
+        s = decoder.generate([tokenizer.encode(text)], params, SpeculativeConfig(k, draft_method)).stats
         for name in ("rounds", "drafted", "accepted", "emitted", "alpha_sum", "alpha_count", "batch_rounds",
                      "draft_calls", "host_syncs", "time_draft", "time_verify", "time_sampler", "time_other"):
             setattr(total, name, getattr(total, name) + getattr(s, name))
@@ -78,17 +78,18 @@ def run_once(decoder: SpeculativeDecoder, prompts: list[str], k: int, temperatur
     return total
 
 
-def measure(decoder, prompts, k, temperature, max_new, repeats) -> dict:
+def measure(decoder, prompts, k, temperature, max_new, repeats, draft_method) -> dict:
     start = time.perf_counter()
-    run_once(decoder, prompts[:1], k, temperature, 2, 0)  # compile (and warm) every graph of this K
+    run_once(decoder, prompts[:1], k, temperature, 2, 0, draft_method)  # compile (and warm) this K's graphs
     compile_s = time.perf_counter() - start
-    runs = [run_once(decoder, prompts, k, temperature, max_new, seed=1000 * r) for r in range(repeats)]
+    runs = [run_once(decoder, prompts, k, temperature, max_new, 1000 * r, draft_method) for r in range(repeats)]
     with count_host_reads() as reads:
-        counted = run_once(decoder, prompts[:1], k, temperature, max_new, seed=7)
+        counted = run_once(decoder, prompts[:1], k, temperature, max_new, 7, draft_method)
     # One read per generate() happens after its last round: the final statistics.
     syncs_per_round = (reads["reads"] - 1) / counted.batch_rounds
     median = sorted(runs, key=lambda s: s.tokens_per_second)[len(runs) // 2]
-    return {"K": k, "temperature": temperature, "tokens_per_s": statistics.median(r.tokens_per_second for r in runs),
+    return {"K": k, "temperature": temperature, "draft_sample_method": draft_method,
+            "tokens_per_s": statistics.median(r.tokens_per_second for r in runs),
             "alpha": median.alpha, "mean_acceptance_length": median.mean_acceptance_length,
             "tokens_per_target_forward": median.tokens_per_target_forward,
             "draft_acceptance_rate": median.draft_acceptance_rate,
@@ -97,12 +98,12 @@ def measure(decoder, prompts, k, temperature, max_new, repeats) -> dict:
             "compile_s": compile_s, "repeats": repeats}
 
 
-def end_to_end(decoder, ks, temperatures, max_new, repeats) -> list[dict]:
+def end_to_end(decoder, ks, temperatures, max_new, repeats, draft_method) -> list[dict]:
     rows = []
     for temperature in temperatures:
         base = None
         for k in ks:
-            row = measure(decoder, PROMPTS, k, temperature, max_new, repeats)
+            row = measure(decoder, PROMPTS, k, temperature, max_new, repeats, draft_method)
             if k == 0:
                 base = row
             else:
@@ -217,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="results")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (compiled with reduce-overhead there)")
     parser.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    parser.add_argument("--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: batch,sampler,startup")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -224,12 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(exist_ok=True)
     torch.set_num_threads(args.threads)
     decoder = load_decoder(device=args.device)
-    report: dict = {"machine": machine(args.device), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+    report: dict = {"machine": machine(args.device), "draft_sample_method": args.draft_sample_method,
+                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                     "prompts": PROMPTS}
     print("1. end to end, B = 1\n" + HEADER, flush=True)
     report["end_to_end"] = rows = end_to_end(decoder, [int(k) for k in args.ks.split(",")],
                                              [float(t) for t in args.temperatures.split(",")],
-                                             args.max_new_tokens, args.repeats)
+                                             args.max_new_tokens, args.repeats, args.draft_sample_method)
     best = {t: max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"])["K"]
             for t in sorted({r["temperature"] for r in rows})}
     if "batch" not in skip:
@@ -255,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 def render_markdown(report: dict, text_chart: str) -> str:
     m = report["machine"]
     lines = [f"# minispec benchmark\n", f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
-             f"{m['device']}. B = 1, {report['max_new_tokens']} new tokens per prompt, {len(report['prompts'])} "
+             f"{m['device']}. {report['draft_sample_method']} drafter, B = 1, {report['max_new_tokens']} new tokens per prompt, {len(report['prompts'])} "
              f"prompts, median of {report['repeats']} warm repeats.\n", "## End to end\n", HEADER]
     lines += [format_row(r) for r in report["end_to_end"]]
     if "batch" in report:

@@ -24,6 +24,7 @@ import argparse
 import numpy as np
 import torch
 
+from minispec.stats import expected_tokens_per_round
 from sampling import rejection_sample
 
 P = np.array([0.50, 0.25, 0.15, 0.07, 0.03])
@@ -111,7 +112,7 @@ def tokens_per_round(rounds: int, seed: int, verdict: Verdict) -> None:
             # The law of n + 1: P(n = i) = a^i (1 - a) for i < g, P(n = g) = a^g.
             n = np.arange(gamma + 1)
             law = np.where(n < gamma, alpha ** n * (1 - alpha), alpha ** gamma)
-            mean = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+            mean = expected_tokens_per_round(alpha, gamma)  # eq. (1), as the decode stats use it
             assert abs((law * (n + 1)).sum() - mean) < 1e-12
             sigma = np.sqrt((law * (n + 1 - mean) ** 2).sum() / rounds)
             measured = emitted.mean().item()
