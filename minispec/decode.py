@@ -129,7 +129,6 @@ class SpeculativeDecoder:
         self.rejection_sample = compile_fn(partial(rejection_sample, compiled=compile, check_values=False),
                                            "rejection sampler", False)
         self.sample.announce = self.rejection_sample.announce = compile
-        self.batch_size = 0
 
     def check(self, prompts: list[list[int]], params: list[SamplingParams], spec: SpeculativeConfig) -> None:
         """Every bad input raises ValueError naming it, before anything is computed."""
@@ -158,11 +157,9 @@ class SpeculativeDecoder:
         """Fill both caches with every prompt token but the last (which the first round feeds)."""
         start = time.perf_counter()
         b, dev = len(prompts), self.device
-        if b != self.batch_size:
-            for model in (self.target, self.draft):
-                if model is not None:
-                    model.setup_cache(b)
-            self.batch_size = b
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.setup_cache(b)  # kept when it already fits: the models own their caches
         tokens = torch.zeros(b, self.max_seq_len, dtype=torch.long)
         for i, prompt in enumerate(prompts):
             tokens[i, :len(prompt)] = torch.tensor(prompt)

@@ -128,8 +128,16 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())  # the tied matrix counts once
 
     def setup_cache(self, batch_size: int) -> None:
-        """Allocate a static KV cache for `batch_size` rows of up to max_seq_len tokens each."""
+        """Allocate a static KV cache for `batch_size` rows of up to max_seq_len tokens each.
+
+        A cache that already fits (batch size, dtype, device) is kept: stale entries are harmless,
+        because every row's keys are masked by position until the row writes them again.
+        """
         p = self.embed.weight
+        cache = self.blocks[0].attn.kv_cache
+        if cache is not None and cache.k.shape[0] == batch_size and cache.k.dtype == p.dtype \
+                and cache.k.device == p.device:
+            return
         for block in self.blocks:
             block.attn.kv_cache = KVCache(batch_size, self.config.n_head, self.config.max_seq_len,
                                           self.config.head_dim, p.dtype, p.device)
