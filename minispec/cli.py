@@ -66,16 +66,22 @@ def decode_parser() -> argparse.ArgumentParser:
 
 class Streamer:
     """Writes row 0's tokens as they are accepted, coloured by origin on a terminal, and notes
-    when the first token arrived (time-to-first-token, from interpreter start-up)."""
+    when the first token arrived (time-to-first-token, from interpreter start-up).
 
-    def __init__(self, colour: bool, echo: bool) -> None:
-        self.colour, self.echo, self.first_token_at = colour, echo, None
+    The legend and the prompt (`header`) are written with the first token, i.e. only once the
+    request has passed validation: bad input leaves stdout empty.
+    """
+
+    def __init__(self, colour: bool, header: str | None) -> None:
+        self.colour, self.header, self.first_token_at = colour, header, None
         self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")  # bytes may split a character
 
     def __call__(self, row: int, ids: list[int], origins: list[str]) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter() - START
-        if row or not self.echo:
+            if self.header is not None:
+                sys.stdout.write(self.header)
+        if row or self.header is None:
             return
         for token, origin in zip(ids, origins):
             text = self.utf8.decode(bytes([token])) if token < 256 else ""
@@ -125,11 +131,8 @@ def run_decode(argv: list[str]) -> int:
             generate(prompts, **{**kwargs, "max_new_tokens": 1})
             if args.compare:
                 generate(prompts, **{**kwargs, "max_new_tokens": 1, "num_speculative_tokens": 0})
-        streamer = Streamer(colour, echo=not args.json)
-        if not args.json:
-            if colour:
-                print("legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus")))
-            print(prompts[0], end="", flush=True)
+        legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus")) + "\n"
+        streamer = Streamer(colour, header=None if args.json else (legend if colour else "") + prompts[0])
         result = generate(prompts, **kwargs, on_tokens=streamer)
         baseline = generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare else None
     except ValueError as exc:  # includes CheckpointError
