@@ -16,6 +16,7 @@ import codecs
 import json
 import sys
 import time
+from importlib import import_module
 
 START = time.perf_counter()  # for time-to-first-token, measured from interpreter start-up
 
@@ -162,26 +163,18 @@ def run_decode(argv: list[str]) -> int:
     return 0
 
 
+# Each command but decode lives in its own module, imported on demand so `--help` stays instant.
+COMMANDS = {"train": "minispec.train", "bench": "minispec.bench", "bench-sampler": "minispec.bench_sampler",
+            "kernels": "minispec.kernels", "verify": "minispec.verify"}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command, rest = (argv[0], argv[1:]) if argv else ("--help", [])
     if command == "decode":
         return run_decode(rest)
-    if command == "train":
-        from minispec.train import main as train_main
-        return train_main(rest)
-    if command == "bench":
-        from minispec.bench import main as bench_main
-        return bench_main(rest)
-    if command == "bench-sampler":
-        from minispec.bench_sampler import main as bench_sampler_main
-        return bench_sampler_main(rest)
-    if command == "kernels":
-        from minispec.kernels import main as kernels_main
-        return kernels_main(rest)
-    if command == "verify":
-        from minispec.verify import main as verify_main
-        return verify_main(rest)
+    if command in COMMANDS:
+        return import_module(COMMANDS[command]).main(rest)
     if command in ("-h", "--help", "help"):
         print(__doc__)
         return 0
