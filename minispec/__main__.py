@@ -1,3 +1,3 @@
-from minispec.cli import main
+from minispec.commands.cli import main
 
 raise SystemExit(main())

@@ -1,7 +1,7 @@
 """`python -m minispec decode` on bad and good input (issue 4, "Bad input").
 
 Every bad input must give exactly one line on stderr, starting with "error:", exit code 2 and
-no traceback. All cases run in-process through minispec.cli.main (cheap: an exception escaping
+no traceback. All cases run in-process through minispec.commands.cli.main (cheap: an exception escaping
 main fails the test as a traceback would); a representative subset also runs as real
 subprocesses, started together, which is the honest check of what a user sees (warnings,
 interpreter start-up, the default compiled mode). Tiny checkpoints are written to a tmp dir, so
@@ -19,7 +19,7 @@ import pytest
 
 from _enumerate import random_gpt
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
-from minispec.cli import main
+from minispec.commands.cli import main
 from model.checkpoint import save_checkpoint
 from model.tokenizer import VOCAB_SIZE
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from minispec import train
-from minispec.corpus import Corpus, load_corpus
-from minispec.train import Schedule
+from minispec.commands import train
+from minispec.commands.corpus import Corpus, load_corpus
+from minispec.commands.train import Schedule
 from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from model.config import PRESETS
 from model.gpt import GPT

@@ -4,7 +4,7 @@
    settings), alpha, acceptance length, tokens per target forward, c, Theorem 3.8's prediction,
    host syncs per round (counted by intercepting every tensor-to-Python read).
 2. Batch: B in {1, 4, 16} at the best K, with and without speculation.
-3. Sampler: minispec.bench_sampler (compiled vs eager vs plain vs the read floor).
+3. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
 4. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
 
 Every timed number is the median of >= 5 warm repeats; compile time is measured apart.
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
-from minispec.cli import THREADS_HELP
+from minispec.commands.cli import THREADS_HELP
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                                      args.max_new_tokens, max(3, args.repeats // 2 + 1))
     if "sampler" not in skip:
         print("3. sampler", flush=True)
-        from minispec.bench_sampler import main as bench_sampler_main
+        from minispec.commands.bench_sampler import main as bench_sampler_main
         bench_sampler_main(["--out", str(out), "--device", args.device, "--threads", "2,1"])
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for label, one_hot in (("probabilistic", False), ("one_hot", True)):
         source, kernels = sampler_source(args.device, one_hot=one_hot)
-        path = out / f"sampler_{label}_{args.device}_generated.py"
+        path = out / f"sampler_{label}_{args.device}_generated.py.txt"
         path.write_text(source)
         print(f"{label} draft on {args.device}: {len(kernels)} kernels -> {path}")
         for name in kernels:

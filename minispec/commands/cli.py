@@ -29,7 +29,7 @@ RESET = "\033[0m"
 # work, and an OpenMP team's barrier per kernel costs more than a second core saves. When another
 # process holds that core the barrier waits for it to be scheduled: measured on the 2-core dev
 # machine, the target's step went from 6.8 ms (1 thread) to 35-300 ms (2 threads).
-THREADS_HELP = "CPU threads for torch (default 1: faster for B = 1 decoding, see minispec/cli.py)"
+THREADS_HELP = "CPU threads for torch (default 1: faster for B = 1 decoding, see minispec/commands/cli.py)"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -164,8 +164,8 @@ def run_decode(argv: list[str]) -> int:
 
 
 # Each command but decode lives in its own module, imported on demand so `--help` stays instant.
-COMMANDS = {"train": "minispec.train", "bench": "minispec.bench", "bench-sampler": "minispec.bench_sampler",
-            "kernels": "minispec.kernels", "verify": "minispec.verify"}
+COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench", "bench-sampler": "minispec.commands.bench_sampler",
+            "kernels": "minispec.commands.kernels", "verify": "minispec.commands.verify"}
 
 
 def main(argv: list[str] | None = None) -> int:

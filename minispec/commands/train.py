@@ -11,7 +11,10 @@ pure function of (seed, step), so a resumed run sees exactly the batches it woul
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -21,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minispec.corpus import Corpus, load_corpus
+from minispec.commands.corpus import Corpus, load_corpus
 from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from model.config import PRESETS
 from model.gpt import GPT
@@ -36,7 +39,11 @@ class Schedule:
     warmup: int = 100
     distill_weight: float = 0.0  # weight of KL(target || draft); the rest is next-byte cross-entropy
     save_every: int = 200
+    eval_every: int = 100  # held-out bits/byte on EVAL_WINDOWS windows, for the loss curve
     export_dtype: str = "float32"
+
+
+EVAL_WINDOWS = 64  # 32k held-out bytes: a curve point in seconds; the final figure uses all of them
 
 
 SCHEDULES: dict[str, dict[str, Schedule]] = {
@@ -46,9 +53,10 @@ SCHEDULES: dict[str, dict[str, Schedule]] = {
     "gpu": {"target": Schedule(steps=20000, batch_size=64, seq_len=512, lr=1e-3, save_every=1000),
             "draft": Schedule(steps=10000, batch_size=64, seq_len=512, lr=2e-3, distill_weight=0.8,
                               save_every=1000)},
-    "tiny": {"target": Schedule(steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, save_every=10),
+    "tiny": {"target": Schedule(steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, save_every=10,
+                                eval_every=10),
              "draft": Schedule(steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, distill_weight=0.8,
-                               save_every=10)},
+                               save_every=10, eval_every=10)},
 }
 
 
@@ -62,9 +70,10 @@ def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step
 
 def learning_rate(schedule: Schedule, step: int) -> float:
     """Linear warm-up, then cosine decay to 10% of the peak."""
-    if step < schedule.warmup:
-        return schedule.lr * (step + 1) / schedule.warmup
-    progress = (step - schedule.warmup) / max(1, schedule.steps - schedule.warmup)
+    warmup = min(schedule.warmup, schedule.steps // 10)  # short runs (sweeps) still mostly train
+    if step < warmup:
+        return schedule.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, schedule.steps - warmup)
     return schedule.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
 
 
@@ -109,10 +118,72 @@ def restore_optimizer(model: GPT, opt: torch.optim.AdamW, tensors: dict[str, tor
                             "exp_avg_sq": tensors[f"optim.exp_avg_sq.{name}"].clone()}
 
 
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    """This process's place in a torchrun launch; a plain `python -m minispec train` is rank 0 of 1."""
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def writer(self) -> bool:
+        return self.rank == 0  # only rank 0 writes checkpoints, state and logs
+
+    def shard(self, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of a global batch: every rank sees the same batch and takes its slice."""
+        per_rank = rows.shape[0] // self.world
+        return rows[self.rank * per_rank:(self.rank + 1) * per_rank]
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+
+def init_ranks() -> Ranks:
+    """Join the process group torchrun set up (its environment variables), if any."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Ranks()
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return Ranks(dist.get_rank(), dist.get_world_size())
+
+
+class ProgressLog:
+    """Progress a person can read (stdout) and the same records as JSON lines beside the state."""
+
+    def __init__(self, path: Path, role: str, schedule: Schedule, start: int, enabled: bool) -> None:
+        self.path, self.role, self.schedule, self.enabled = path, role, schedule, enabled
+        self.start, self.t0 = start, time.perf_counter()
+        if enabled and start == 0:
+            path.unlink(missing_ok=True)  # a fresh run starts a fresh log; --resume appends
+
+    def record(self, step: int, train_bpb: float, heldout_bpb: float | None) -> None:
+        if not self.enabled:
+            return
+        s = self.schedule
+        elapsed = time.perf_counter() - self.t0
+        done = step - self.start
+        tok_s = done * s.batch_size * s.seq_len / elapsed
+        eta = (s.steps - step) * elapsed / max(done, 1)
+        entry = {"role": self.role, "step": step, "bytes_seen": step * s.batch_size * s.seq_len,
+                 "train_bpb": round(train_bpb, 4), "heldout_bpb": None if heldout_bpb is None else round(heldout_bpb, 4),
+                 "tokens_per_s": round(tok_s), "eta_s": round(eta), "lr": learning_rate(s, step - 1)}
+        held = f" | held-out {heldout_bpb:.3f}" if heldout_bpb is not None else ""
+        print(f"[{self.role}] step {step}/{s.steps} | {entry['bytes_seen'] / 1e6:.2f}M bytes | train "
+              f"{train_bpb:.3f} bits/byte{held} | {tok_s:,.0f} tok/s | ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+              flush=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
 def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: Path, seed: int,
-              command: str, resume: bool, teacher: GPT | None = None, compile: bool = True) -> Path:
+              command: str, resume: bool, teacher: GPT | None = None, compile: bool = True,
+              ranks: Ranks = Ranks(), overrides: dict | None = None) -> Path:
     """Train one model of the pair and export it to out_dir/<role>.safetensors."""
-    schedule = SCHEDULES[preset][role]
+    schedule = dataclasses.replace(SCHEDULES[preset][role], **(overrides or {}))
+    if schedule.batch_size % ranks.world:
+        raise ValueError(f"the {role}'s global batch of {schedule.batch_size} does not split over {ranks.world} processes")
     state_path, final_path = state_dir / f"{role}.state.safetensors", out_dir / f"{role}.safetensors"
     torch.manual_seed(seed + (role == "draft"))
     model, start = GPT(PRESETS[preset][role]), 0
@@ -130,27 +201,33 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
         opt = optimizer_for(model, schedule.lr)
         start = int(meta["step"])
         restore_optimizer(model, opt, read_checkpoint(state_path)[0], start)
-        print(f"[{role}] resuming from step {start} ({state_path})", flush=True)
+        if ranks.writer:
+            print(f"[{role}] resuming from step {start} ({state_path})", flush=True)
     model.train()
+    # Data parallel: each rank computes the gradient of its shard's mean loss, and DDP averages
+    # them, which is the gradient of the global batch's mean loss (the shards are equal in size).
+    wrapped = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else model
     # Training runs compiled and under bf16 autocast: together ~2.3x the tokens/s of eager fp32 on
     # the 2-core CPU this was developed on. Weights and optimizer state stay fp32.
-    forward = torch.compile(model) if compile else model
+    forward = torch.compile(wrapped) if compile else wrapped
     teacher_forward = torch.compile(teacher) if compile and teacher is not None else teacher
     meta = {"role": role, "preset": preset, "train_command": command, "seed": str(seed),
             "corpus": "python stdlib .py sources (no test suites)", "corpus_fingerprint": corpus.fingerprint}
+    log = ProgressLog(state_dir / f"{role}.log.jsonl", role, schedule, start, ranks.writer)
 
     def save_state(step: int) -> None:
-        save_checkpoint(state_path, model, {**meta, "step": str(step)}, extra=optimizer_tensors(model, opt))
+        if ranks.writer:
+            save_checkpoint(state_path, model, {**meta, "step": str(step)}, extra=optimizer_tensors(model, opt))
+        ranks.barrier()  # no rank runs ahead of (or reads) a state rank 0 has not finished writing
 
-    tokens_per_step = schedule.batch_size * schedule.seq_len
-    t0, done_since_start = time.perf_counter(), 0
     for step in range(start, schedule.steps):
         for group in opt.param_groups:
             group["lr"] = learning_rate(schedule, step)
-        x, y = get_batch(corpus.train, schedule.batch_size, schedule.seq_len, seed, step)
+        x, y = (ranks.shard(t) for t in get_batch(corpus.train, schedule.batch_size, schedule.seq_len, seed, step))
         with torch.autocast(x.device.type, dtype=torch.bfloat16):
             logits = forward(x).float()
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        cross_entropy = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss = cross_entropy
         if teacher is not None:
             # Distillation: a draft that imitates the target's distribution (not just the data)
             # raises alpha = sum min(p, q), which is what speculative decoding pays on.
@@ -158,29 +235,29 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
                 teacher_logp = F.log_softmax(teacher_forward(x).float(), dim=-1)
             kl = F.kl_div(F.log_softmax(logits, dim=-1).flatten(0, 1), teacher_logp.flatten(0, 1),
                           log_target=True, reduction="batchmean")
-            loss = schedule.distill_weight * kl + (1 - schedule.distill_weight) * loss
+            loss = schedule.distill_weight * kl + (1 - schedule.distill_weight) * cross_entropy
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        done_since_start += 1
         if (step + 1) % 10 == 0 or step + 1 == schedule.steps:
-            elapsed = time.perf_counter() - t0
-            tok_s = done_since_start * tokens_per_step / elapsed
-            eta = (schedule.steps - step - 1) * elapsed / done_since_start
-            print(f"[{role}] step {step + 1}/{schedule.steps} loss {loss.item():.4f} | {tok_s:,.0f} tok/s"
-                  f" | ETA {int(eta // 60)}m{int(eta % 60):02d}s", flush=True)
+            evaluate = (step + 1) % schedule.eval_every == 0 and ranks.writer
+            held = held_out_bits_per_byte(model, corpus.held_out, schedule.seq_len, EVAL_WINDOWS) if evaluate else None
+            log.record(step + 1, cross_entropy.item() / math.log(2), held)
         if (step + 1) % schedule.save_every == 0:
             save_state(step + 1)
     save_state(schedule.steps)
-    export_dtype = getattr(torch, schedule.export_dtype)
-    # Evaluate the weights as exported (rounded to the export dtype), since those are what ship.
-    exported = GPT(model.config)
-    exported.load_state_dict({k: v.to(export_dtype).float() for k, v in model.state_dict().items()})
-    bpb = held_out_bits_per_byte(exported, corpus.held_out, schedule.seq_len)
-    print(f"[{role}] held-out {bpb:.4f} bits/byte -> {final_path}", flush=True)
-    save_checkpoint(final_path, model, {**meta, "steps": str(schedule.steps), "heldout_bpb": f"{bpb:.4f}"},
-                    dtype=export_dtype)
+    if ranks.writer:
+        export_dtype = getattr(torch, schedule.export_dtype)
+        # Evaluate the weights as exported (rounded to the export dtype), since those are what ship.
+        exported = GPT(model.config)
+        exported.load_state_dict({k: v.to(export_dtype).float() for k, v in model.state_dict().items()})
+        bpb = held_out_bits_per_byte(exported, corpus.held_out, schedule.seq_len)
+        print(f"[{role}] held-out {bpb:.4f} bits/byte (all {corpus.held_out.numel():,} held-out bytes) -> {final_path}",
+              flush=True)
+        save_checkpoint(final_path, model, {**meta, "steps": str(schedule.steps), "heldout_bpb": f"{bpb:.4f}"},
+                        dtype=export_dtype)
+    ranks.barrier()
     return final_path
 
 
@@ -194,12 +271,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the last saved state")
     parser.add_argument("--only", choices=["target", "draft"], help="train one model of the pair")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)")
+    for flag, kind in (("steps", int), ("batch-size", int), ("lr", float)):
+        parser.add_argument(f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)")
     args = parser.parse_args(argv)
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
+                 if v is not None}
     out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
     command = "python -m minispec train " + shlex.join(argv if argv is not None else sys.argv[1:])
+    ranks = init_ranks()
     corpus = load_corpus()
-    print(f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / {corpus.held_out.numel():,} "
-          f"held-out bytes, fingerprint {corpus.fingerprint[:16]}", flush=True)
+    if ranks.writer:
+        print(f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / {corpus.held_out.numel():,} "
+              f"held-out bytes, fingerprint {corpus.fingerprint[:16]}, {ranks.world} process(es)", flush=True)
     try:
         target_path = out_dir / "target.safetensors"
         # On --resume the target always goes through train_one, even if a target.safetensors
@@ -207,12 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         # only the saved state tells how far this run got. A finished state costs one re-export.
         if args.only != "draft":
             train_one("target", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume,
-                      compile=args.compile)
+                      compile=args.compile, ranks=ranks, overrides=overrides)
         if args.only != "target":
             teacher, _ = load_checkpoint(target_path)
             teacher.requires_grad_(False)
             train_one("draft", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume, teacher,
-                      compile=args.compile)
+                      compile=args.compile, ranks=ranks, overrides=overrides)
     except KeyboardInterrupt:
         print("\ninterrupted: the last saved state is intact; continue with --resume", file=sys.stderr)
         return 130
