@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
+import warnings
 from pathlib import Path
 
 import torch
@@ -24,6 +26,7 @@ from model.gpt import GPT
 
 FORMAT = "minispec-gpt-v1"
 TIED_KEY = "lm_head.weight"  # shares memory with embed.weight: stored once, re-tied on load
+TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
 
 
 class CheckpointError(ValueError):
@@ -38,9 +41,36 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    except OverflowError:
+        return False  # no process has such an id
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporaries of atomic writes whose process has died (killed mid-save: a kill
+    skips the clean-up below), and return their paths. A live process's temporary is a write in
+    progress and stays. The pid in the name is what tells them apart, so this is POSIX only (on
+    Windows, os.kill ends the process it is given)."""
+    if os.name != "posix" or not folder.is_dir():
+        return []
+    stale = [p for p in folder.glob(".*.tmp-*") if (m := TEMPORARY.fullmatch(p.name))
+             and p.is_file() and not process_alive(int(m[1]))]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write bytes so that `path` is either the old file or the complete new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -82,6 +112,8 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         header = json.loads(data[8:8 + header_size])
         if not isinstance(header, dict):
             raise ValueError
+    except RecursionError:  # JSON nested thousands deep: no header we wrote, and json.loads gives up
+        raise CheckpointError(f"{path}: not a safetensors file (its header nests too deeply)") from None
     except (struct.error, ValueError, UnicodeDecodeError):
         # A header that starts like one ('{') but runs past the end of the file was cut short,
         # e.g. by an interrupted copy: say so rather than "not safetensors".
@@ -98,7 +130,30 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         raise CheckpointError(f"{path}: not a minispec checkpoint (format {meta.get('format')!r}, expected {FORMAT!r})")
     if meta.get("sha256") != tensor_digest(tensors):
         raise CheckpointError(f"{path}: corrupt checkpoint (tensor checksum mismatch)")
+    missing = [key for key in ("config", "tokenizer") if key not in meta]
+    if missing:
+        raise CheckpointError(f"{path}: incomplete metadata (no {' or '.join(missing)})")
     return tensors, meta
+
+
+def check_tokenizer(path: Path, meta: dict[str, str], config: GPTConfig) -> None:
+    """The checkpoint must be for the tokenizer minispec encodes and decodes with, and its
+    vocabulary must be that tokenizer's: with more ids the extra ones would be dropped from the
+    text without a word, with fewer the tokenizer's own ids would be out of range."""
+    expected = tokenizer.describe()
+    try:
+        recorded = json.loads(meta["tokenizer"])
+    except (ValueError, RecursionError):
+        raise CheckpointError(f"{path}: tokenizer metadata does not parse") from None
+    kind = recorded.get("kind") if isinstance(recorded, dict) else None
+    if kind != expected["kind"]:
+        raise CheckpointError(f"{path}: made for tokenizer {kind!r}, but minispec's tokenizer is "
+                              f"{expected['kind']!r}")
+    if recorded != expected:
+        raise CheckpointError(f"{path}: tokenizer {recorded} differs from minispec's {expected}")
+    if config.vocab_size != expected["vocab_size"]:
+        raise CheckpointError(f"{path}: vocab_size {config.vocab_size} does not match the "
+                              f"{expected['kind']} tokenizer's {expected['vocab_size']} ids")
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
@@ -109,8 +164,11 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
         config = GPTConfig.from_json(meta.get("config", ""))
     except ValueError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    model = GPT(config)
-    expected = {k: v.shape for k, v in model.state_dict().items() if k != TIED_KEY}
+    check_tokenizer(Path(path), meta, config)
+    # The shapes the config implies, from a model on the meta device (no memory): a config that
+    # disagrees with the file is reported before it can ask for terabytes.
+    with torch.device("meta"):
+        expected = {k: v.shape for k, v in GPT(config).state_dict().items() if k != TIED_KEY}
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     missing, unexpected = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
     if missing or unexpected:
@@ -119,8 +177,15 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
         if weights[k].shape != shape:
             raise CheckpointError(f"{path}: shape mismatch for {k}: file has {tuple(weights[k].shape)}, "
                                   f"config expects {tuple(shape)}")
+    weights = {k: v.to(dtype) for k, v in weights.items()}
+    for k, v in weights.items():
+        # NaN or inf weights decode to garbage (only NUL bytes) with exit code 0: refuse them.
+        if not torch.isfinite(v).all():
+            found = "NaN or inf" if not torch.isfinite(tensors[k]).all() else f"values beyond {dtype}'s range"
+            raise CheckpointError(f"{path}: tensor {k} has {found}")
     weights[TIED_KEY] = weights["embed.weight"]
-    model.load_state_dict({k: v.to(dtype) for k, v in weights.items()})
+    model = GPT(config)
+    model.load_state_dict(weights)
     return model.to(device=device, dtype=dtype).eval(), meta
 
 
@@ -132,4 +197,10 @@ def load_pair(target_path: str | Path, draft_path: str | Path, device: str | tor
     if target.config.vocab_size != draft.config.vocab_size or target_meta["tokenizer"] != draft_meta["tokenizer"]:
         raise CheckpointError(f"draft {draft_path} and target {target_path} have different vocabularies "
                               f"({draft.config.vocab_size} vs {target.config.vocab_size} tokens)")
+    # Swapped files still decode exactly, only slower than no speculation at all (c > 1).
+    roles = (target_meta.get("role"), draft_meta.get("role"))
+    if draft.num_params() > target.num_params() or roles == ("draft", "target"):
+        warnings.warn(f"the draft {draft_path} (role {roles[1]!r}, {draft.num_params():,} parameters) looks "
+                      f"like a target and the target {target_path} (role {roles[0]!r}, "
+                      f"{target.num_params():,} parameters) like a draft: are they swapped?", stacklevel=2)
     return target, draft

@@ -15,6 +15,13 @@ from dataclasses import dataclass
 from model.tokenizer import VOCAB_SIZE
 
 
+# Upper bounds, so that a bad config fails here as one line instead of as an allocation of
+# terabytes (or a build of a billion layers) when a model is made from it. They are past any
+# open model's depth, context and vocabulary. max_seq_len matters most: it sizes the RoPE
+# tables and the KV cache, which no weight in a checkpoint reveals.
+SIZE_LIMITS = {"n_layer": 1 << 10, "max_seq_len": 1 << 20, "vocab_size": 1 << 24}
+
+
 @dataclass(frozen=True, slots=True)
 class GPTConfig:
     vocab_size: int = VOCAB_SIZE
@@ -33,6 +40,8 @@ class GPTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
+            if value > SIZE_LIMITS.get(name, value):
+                raise ValueError(f"GPTConfig.{name} must be at most {SIZE_LIMITS[name]:,}, got {value:,}")
         for name in ("rope_theta", "norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
@@ -56,6 +65,8 @@ class GPTConfig:
             return cls(**fields)
         except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError
             raise ValueError(f"model config does not parse: {exc}") from None
+        except RecursionError:
+            raise ValueError("model config does not parse: nested too deeply") from None
 
 
 # Named presets. "cpu" is the shipped pair (trains in <= 60 min on 2 cores); "gpu" is a larger

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import os
 import random
+import struct
+import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -185,22 +189,107 @@ def test_load_pair(tmp_path: Path) -> None:
     assert (target.config, draft.config) == (SMALL, draft_config)
 
 
-def test_load_pair_with_different_vocabularies_fails(tmp_path: Path) -> None:
-    save_checkpoint(tmp_path / "t.safetensors", make_model())
-    save_checkpoint(tmp_path / "d.safetensors", make_model(GPTConfig(vocab_size=300, n_layer=1, n_head=2, d_model=16,
-                                                                     mlp_hidden=32, max_seq_len=32)))
-    with pytest.raises(CheckpointError, match=r"different vocabularies \(300 vs 258 tokens\)"):
+def test_load_pair_with_same_vocabulary_and_tokenizer_loads_without_a_warning(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "t.safetensors", make_model(), {"role": "target"})
+    save_checkpoint(tmp_path / "d.safetensors", make_model(seed=1), {"role": "draft"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         load_pair(tmp_path / "t.safetensors", tmp_path / "d.safetensors")
 
 
-def test_load_pair_with_same_size_but_different_tokenizers_fails(tmp_path: Path) -> None:
-    save_checkpoint(tmp_path / "t.safetensors", make_model())
-    save_checkpoint(tmp_path / "d.safetensors", make_model())
-    tensors, meta = read_checkpoint(tmp_path / "d.safetensors")
-    other = {**json.loads(meta["tokenizer"]), "bos": 257, "eos": 256}  # swapped specials, same 258 ids
-    rewrite(tmp_path / "d.safetensors", tensors, {**meta, "tokenizer": json.dumps(other)})
-    with pytest.raises(CheckpointError, match="different vocabularies"):
+@pytest.mark.parametrize("why", ["sizes", "roles"])
+def test_a_swapped_pair_gets_a_warning(tmp_path: Path, why: str) -> None:
+    """Swapped files decode exactly but slower than no speculation (c > 1): say so."""
+    big = GPTConfig(n_layer=3, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=32)
+    target_role, draft_role = ("target", "draft") if why == "sizes" else ("draft", "target")
+    save_checkpoint(tmp_path / "t.safetensors", make_model(), {"role": target_role})
+    save_checkpoint(tmp_path / "d.safetensors", make_model(big if why == "sizes" else SMALL),
+                    {"role": draft_role})
+    with pytest.warns(UserWarning, match=r"d\.safetensors .* like a target .* are they swapped\?"):
         load_pair(tmp_path / "t.safetensors", tmp_path / "d.safetensors")
+
+
+# ---- crafted files: each one clear error (issue 13) ---------------------------------------------
+
+def test_deeply_nested_header_json(tmp_path: Path) -> None:
+    header = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    path = tmp_path / "nested.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    expect_error(path, "not a safetensors file", "nests too deeply")
+
+
+def test_deeply_nested_config_json(saved: Path) -> None:
+    tensors, meta = read_checkpoint(saved)
+    rewrite(saved, tensors, {**meta, "config": "[" * 100_000 + "]" * 100_000})
+    expect_error(saved, "model config does not parse", "nested too deeply")
+
+
+@pytest.mark.parametrize("key", ["tokenizer", "config"])
+def test_metadata_without_a_required_key(saved: Path, key: str) -> None:
+    tensors, meta = read_checkpoint(saved)
+    del meta[key]
+    rewrite(saved, tensors, meta)
+    expect_error(saved, f"incomplete metadata (no {key})")
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", 10**12), ("max_seq_len", 10**12), ("n_layer", 10**9)])
+def test_huge_config_fails_before_allocating(saved: Path, field: str, value: int) -> None:
+    tensors, meta = read_checkpoint(saved)
+    rewrite(saved, tensors, {**meta, "config": json.dumps({**json.loads(meta["config"]), field: value})})
+    expect_error(saved, "model config does not parse", f"GPTConfig.{field} must be at most")
+
+
+def test_large_config_that_the_file_contradicts_fails_before_allocating(saved: Path) -> None:
+    """Within the limits, but 40 GB of weights for a file of kilobytes: the shapes tell, on the
+    meta device, before anything is allocated (a real allocation would fail or take minutes)."""
+    tensors, meta = read_checkpoint(saved)
+    config = {**json.loads(meta["config"]), "d_model": 65536, "mlp_hidden": 65536, "n_head": 2}
+    rewrite(saved, tensors, {**meta, "config": json.dumps(config)})
+    expect_error(saved, "shape mismatch for embed.weight", "(258, 32)", "(258, 65536)")
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_weights_are_refused_by_name(saved: Path, value: float) -> None:
+    tensors, meta = read_checkpoint(saved)
+    tensors["blocks.1.attn.wo.weight"][3, 5] = value
+    rewrite(saved, tensors, meta)
+    expect_error(saved, "tensor blocks.1.attn.wo.weight has NaN or inf")
+
+
+def test_weights_that_overflow_the_load_dtype_are_refused_by_name(saved: Path) -> None:
+    tensors, meta = read_checkpoint(saved)
+    tensors["norm.weight"][0] = 1e6  # finite in float32, inf in float16
+    rewrite(saved, tensors, meta)
+    load_checkpoint(saved)  # float32 is fine
+    with pytest.raises(CheckpointError, match=r"tensor norm\.weight has values beyond torch\.float16's range"):
+        load_checkpoint(saved, dtype=torch.float16)
+
+
+def test_checkpoint_for_another_tokenizer(saved: Path) -> None:
+    tensors, meta = read_checkpoint(saved)
+    bpe = {"kind": "bpe", "vocab_size": 258, "bos": 256, "eos": 257}
+    rewrite(saved, tensors, {**meta, "tokenizer": json.dumps(bpe)})
+    expect_error(saved, "made for tokenizer 'bpe'", "minispec's tokenizer is 'bytes'")
+
+
+@pytest.mark.parametrize("tokenizer", ["{oops", "[1, 2]", json.dumps({"kind": "bytes", "bos": 257, "eos": 256,
+                                                                       "vocab_size": 258})])
+def test_checkpoint_with_a_bad_tokenizer_record(saved: Path, tokenizer: str) -> None:
+    tensors, meta = read_checkpoint(saved)
+    rewrite(saved, tensors, {**meta, "tokenizer": tokenizer})
+    expect_error(saved, "tokenizer")
+
+
+@pytest.mark.parametrize("vocab_size", [300, 200])
+def test_vocabulary_that_is_not_the_tokenizers(tmp_path: Path, vocab_size: int) -> None:
+    """A consistent pair with 300 ids would have ids 258-299 dropped from the text; one with 200
+    could not even read the tokenizer's BOS (256). Both fail at load, naming the file."""
+    config = GPTConfig(vocab_size=vocab_size, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
+    for role in ("target", "draft"):
+        save_checkpoint(tmp_path / f"{role}.safetensors", make_model(config))
+    with pytest.raises(CheckpointError, match=rf"target\.safetensors: vocab_size {vocab_size} does not match "
+                                              r"the bytes tokenizer's 258 ids"):
+        load_pair(tmp_path / "target.safetensors", tmp_path / "draft.safetensors")
 
 
 # ---- atomic writes ------------------------------------------------------------------------------
@@ -241,3 +330,18 @@ def test_interrupted_first_save_leaves_nothing(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(tmp_path / "m.safetensors", make_model())
     assert os.listdir(tmp_path) == []
+
+
+def test_stale_temporaries_are_removed_by_the_next_save(saved: Path) -> None:
+    """A kill mid-save skips the clean-up and leaves `.X.tmp-<pid>` behind; the next save in the
+    folder removes it, but not the temporary of a process that is still writing."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = saved.parent / f".{saved.name}.tmp-{dead.pid}"
+    live = saved.parent / f".other.safetensors.tmp-{os.getppid()}"
+    unrelated = saved.parent / ".notes.tmp-x"
+    for path in (stale, live, unrelated):
+        path.write_bytes(b"partial")
+    save_checkpoint(saved.parent / "next.safetensors", make_model())
+    assert not stale.exists() and live.exists() and unrelated.exists()
+    assert checkpoint.remove_stale_temporaries(saved.parent) == []

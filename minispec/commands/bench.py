@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
-from minispec.commands.cli import THREADS_HELP
+from minispec.commands.args import (THREADS_HELP, OneLineParser, choice_list, comma_list, device, integer,
+                                     real, threads)
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
@@ -208,18 +209,20 @@ def machine(device: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="minispec bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ks", default="0,1,2,3,4,6,8")
-    parser.add_argument("--temperatures", default="0,1")
-    parser.add_argument("--batch-sizes", default="1,4,16")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = OneLineParser(prog="minispec bench", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ks", type=comma_list(integer(0)), default="0,1,2,3,4,6,8")
+    parser.add_argument("--temperatures", type=comma_list(real(0)), default="0,1")
+    parser.add_argument("--batch-sizes", type=comma_list(integer(1)), default="1,4,16")
+    parser.add_argument("--max-new-tokens", type=integer(1), default=128)
+    parser.add_argument("--repeats", type=integer(1), default=5)
     parser.add_argument("--out", default="results")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (compiled with reduce-overhead there)")
-    parser.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    parser.add_argument("--device", type=device, default="cpu",
+                        help="cpu or cuda (compiled with reduce-overhead there)")
+    parser.add_argument("--threads", type=threads, default=1, help=THREADS_HELP)
     parser.add_argument("--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: batch,sampler,startup")
+    parser.add_argument("--skip", type=choice_list(("batch", "sampler", "startup")), default="",
+                        help="comma list of parts to skip: batch,sampler,startup")
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     out = Path(args.out)

@@ -1,4 +1,4 @@
-"""`python -m minispec <command>` (also the `minispec` console script).
+"""`python -m minispec <command>` (also the `minispec` console script): the one front door.
 
     decode        speculative decoding with the shipped pair (make decode)
     train         train the target, then the distilled draft (make train)
@@ -7,61 +7,54 @@
     verify        the paper's worked example through the compiled sampler (make verify)
     kernels       the sampler's generated kernels (Triton on a GPU, C++ on a CPU)
 
-Bad input is one line on stderr and exit code 2, never a traceback.
+Every command runs through `main`, which turns each expected failure into one line: bad input
+(a flag, a prompt, a checkpoint, a folder) is one line on stderr and exit code 2; Ctrl-C at any
+moment, even while torch is still importing, is exit code 130; a reader that goes away early
+(`| head`) ends the run quietly with 141, as SIGPIPE would. A traceback means a bug.
 """
 from __future__ import annotations
 
 import argparse
 import codecs
 import json
+import math
+import os
+import signal
 import sys
+import threading
 import time
+import warnings
 from importlib import import_module
+
+from minispec.commands.args import THREADS_HELP, OneLineParser, device, fail, integer, real, threads
 
 START = time.perf_counter()  # for time-to-first-token, measured from interpreter start-up
 
 DEFAULT_PROMPT = "import os\n\n\ndef "
 COLOURS = {"accepted": "\033[32m", "corrective": "\033[33m", "bonus": "\033[36m", "target": ""}
 RESET = "\033[0m"
-
-
-# Decode steps at B = 1 are latency-bound: each of a forward's ~50 kernels is microseconds of
-# work, and an OpenMP team's barrier per kernel costs more than a second core saves. When another
-# process holds that core the barrier waits for it to be scheduled: measured on the 2-core dev
-# machine, the target's step went from 6.8 ms (1 thread) to 35-300 ms (2 threads).
-THREADS_HELP = "CPU threads for torch (default 1: faster for B = 1 decoding, see minispec/commands/cli.py)"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line and exit code 2 (argparse prints usage too)."""
-
-    def error(self, message: str) -> None:
-        raise SystemExit(fail(f"{self.prog}: {message}"))
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE: what a shell shows
 
 
 def decode_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="minispec decode", description="Speculative decoding with a draft/target pair.")
     p.add_argument("--prompt", action="append", help="a prompt; repeat for a batch (default: a Python snippet)")
-    p.add_argument("-k", "--num-speculative-tokens", type=int, default=4, help="K drafts per round; 0 = target only")
+    p.add_argument("-k", "--num-speculative-tokens", type=integer(), default=4,
+                   help="K drafts per round; 0 = target only")
     p.add_argument("--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic")
     p.add_argument("--rejection-sample-method", default="standard", help="standard (exact) or naive (biased)")
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
-    p.add_argument("--seed", type=int, default=0, help="request i uses seed + i")
-    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
+    p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
+    p.add_argument("--top-p", type=real(), default=1.0, help="1.0 = off")
+    p.add_argument("--seed", type=integer(), default=0, help="request i uses seed + i")
+    p.add_argument("--max-new-tokens", type=integer(), default=200)
     p.add_argument("--compare", action="store_true", help="also run K = 0 and print the measured speedup")
     p.add_argument("--json", action="store_true", help="print one JSON result instead of text")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="run eagerly (debugging)")
     p.add_argument("--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)")
     p.add_argument("--draft", default=None, help="draft checkpoint (default: checkpoints/draft.safetensors)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    p.add_argument("--device", type=device, default="cpu")
+    p.add_argument("--threads", type=threads, default=1, help=THREADS_HELP)
     return p
 
 
@@ -90,23 +83,28 @@ class Streamer:
                 sys.stdout.write(f"{COLOURS[origin]}{text}{RESET}" if self.colour and COLOURS[origin] else text)
         sys.stdout.flush()
 
+    def finish(self) -> None:
+        """Write what the decoder still holds: a cut-off character ends the text as U+FFFD, as it
+        does in the decoded text (--json) - dropping it would make the two disagree."""
+        if self.header is not None and self.first_token_at is not None:
+            sys.stdout.write(self.utf8.decode(b"", final=True))
 
-def device_problem(name: str) -> str | None:
-    """Why --device `name` cannot be used here (torch would raise with a traceback), or None."""
-    import torch
 
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        return f"unknown --device {name!r}"
-    if device.type == "cpu":
-        return None
-    backend = getattr(torch, device.type, None)
-    if backend is None or not backend.is_available():
-        return f"--device {name}: no {device.type} device is available to this torch build"
-    if device.index is not None and device.index >= backend.device_count():
-        return f"--device {name}: there are only {backend.device_count()} {device.type} devices"
-    return None
+def use_colour(json_output: bool) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org)."""
+    return not json_output and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def json_safe(value):
+    """`value` with every NaN or infinite float made None: JSON has no NaN, and a figure that
+    could not be measured is missing (null), not a number."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def run_decode(argv: list[str]) -> int:
@@ -116,41 +114,33 @@ def run_decode(argv: list[str]) -> int:
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET, generate, load_decoder
 
     prompts = args.prompt or [DEFAULT_PROMPT]
-    colour = sys.stdout.isatty() and not args.json
-    if (problem := device_problem(args.device)) is not None:
-        return fail(problem)
-    if args.threads < 1:
-        return fail(f"--threads must be >= 1, got {args.threads}")
+    colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
-    try:
-        decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device, args.compile)
-        kwargs = dict(num_speculative_tokens=args.num_speculative_tokens, draft_sample_method=args.draft_sample_method,
-                      rejection_sample_method=args.rejection_sample_method, temperature=args.temperature,
-                      top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                      decoder=decoder)
-        if args.compile:  # compile every graph in a one-token warm-up so the timed run is warm
-            generate(prompts, **{**kwargs, "max_new_tokens": 1})
-            if args.compare:
-                generate(prompts, **{**kwargs, "max_new_tokens": 1, "num_speculative_tokens": 0})
-        legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus")) + "\n"
-        streamer = Streamer(colour, header=None if args.json else (legend if colour else "") + prompts[0])
-        result = generate(prompts, **kwargs, on_tokens=streamer)
-        baseline = generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare else None
-    except ValueError as exc:  # includes CheckpointError
-        return fail(str(exc))
-    except KeyboardInterrupt:
-        return 130
+    decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device, args.compile)
+    kwargs = dict(num_speculative_tokens=args.num_speculative_tokens, draft_sample_method=args.draft_sample_method,
+                  rejection_sample_method=args.rejection_sample_method, temperature=args.temperature,
+                  top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
+                  decoder=decoder)
+    if args.compile:  # compile every graph in a one-token warm-up so the timed run is warm
+        generate(prompts, **{**kwargs, "max_new_tokens": 1})
+        if args.compare:
+            generate(prompts, **{**kwargs, "max_new_tokens": 1, "num_speculative_tokens": 0})
+    legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus")) + "\n"
+    streamer = Streamer(colour, header=None if args.json else (legend if colour else "") + prompts[0])
+    result = generate(prompts, **kwargs, on_tokens=streamer)
+    streamer.finish()
+    baseline = generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare else None
     stats = result.stats
     if args.json:
         report = {"requests": [{"prompt": p, "text": t, "token_ids": ids, "origins": o}
                                for p, t, ids, o in zip(prompts, result.texts, result.token_ids, result.origins)],
                   "stats": stats.to_dict(), "time_to_first_token_s": streamer.first_token_at}
         if baseline:
-            c = stats.cost_ratio(baseline.stats.target_forward_time)
             report["baseline_stats"] = baseline.stats.to_dict()
-            report["speedup"] = stats.tokens_per_second / baseline.stats.tokens_per_second
-            report["stats"]["c"] = c
-        print(json.dumps(report))
+            base_speed = baseline.stats.tokens_per_second
+            report["speedup"] = stats.tokens_per_second / base_speed if base_speed else None
+            report["stats"]["c"] = stats.cost_ratio(baseline.stats.target_forward_time)
+        print(json.dumps(json_safe(report), allow_nan=False))
         return 0
     print()
     for i, text in enumerate(result.texts[1:], start=1):
@@ -164,12 +154,12 @@ def run_decode(argv: list[str]) -> int:
 
 
 # Each command but decode lives in its own module, imported on demand so `--help` stays instant.
-COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench", "bench-sampler": "minispec.commands.bench_sampler",
-            "kernels": "minispec.commands.kernels", "verify": "minispec.commands.verify"}
+COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench",
+            "bench-sampler": "minispec.commands.bench_sampler", "kernels": "minispec.commands.kernels",
+            "verify": "minispec.commands.verify"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def run(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("--help", [])
     if command == "decode":
         return run_decode(rest)
@@ -179,3 +169,85 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     return fail(f"unknown command {command!r}; try: python -m minispec --help")
+
+
+class CtrlC:
+    """Ctrl-C raises KeyboardInterrupt as usual, and is also remembered: a library that catches
+    the interrupt and raises something else instead (an import machinery error, a worker pool's
+    failure) must still end as an interrupt, not as a traceback. A second Ctrl-C is ignored, so
+    that it cannot break into the clean-up of the first (an atomic save, the exit itself)."""
+
+    pressed = False
+
+    @staticmethod
+    def handler(signum: int, frame: object) -> None:
+        CtrlC.pressed = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+
+def unwritable_stdout() -> OSError | None:
+    """Flush stdout; when that fails (the reader closed the pipe, the disk is full), point the
+    file descriptor at /dev/null so the interpreter's own flush at exit cannot fail again with a
+    traceback (the recipe in Python's `signal` documentation), and return the error."""
+    try:
+        sys.stdout.flush()
+        return None
+    except OSError as exc:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return exc
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return f"out of memory {exc}".strip()
+    return str(exc) or type(exc).__name__
+
+
+def front_door(argv: list[str]) -> int:
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # started with the stream closed (`>&-`): write nowhere
+            setattr(sys, name, open(os.devnull, "w"))
+    problem: BaseException | None = None
+    try:
+        code = run(argv)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except SystemExit:
+        raise  # argparse's verdict (--help, or a bad flag already reported in one line)
+    except (ValueError, OSError, MemoryError) as exc:  # ValueError includes CheckpointError
+        code, problem = 2, exc
+    except BaseException:
+        if CtrlC.pressed:
+            return EXIT_INTERRUPTED
+        raise  # a bug: the traceback is what a report needs
+    unwritable = unwritable_stdout()
+    if isinstance(problem, BrokenPipeError) or isinstance(unwritable, BrokenPipeError):
+        return EXIT_BROKEN_PIPE  # the reader has gone (`| head`): no one is left to tell
+    if problem is None and unwritable is not None:
+        problem = OSError(f"cannot write the output: {unwritable.strerror or unwritable}")
+    return fail(one_line(problem)) if problem is not None else code
+
+
+def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command (argv defaults to the process's arguments) behind the front door."""
+    program = argv is None  # this process is the command, not a Python caller
+    owns_signals = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, CtrlC.handler) if owns_signals else None
+    CtrlC.pressed = False
+    shown = warnings.showwarning
+    warnings.showwarning = one_line_warning
+    try:
+        return front_door(list(sys.argv[1:] if program else argv))
+    finally:
+        warnings.showwarning = shown
+        if owns_signals:
+            # The program is done: a late Ctrl-C must not interrupt the interpreter's exit.
+            restore = signal.default_int_handler if previous is None else previous  # None: set in C
+            signal.signal(signal.SIGINT, signal.SIG_IGN if program else restore)

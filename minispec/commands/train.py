@@ -17,6 +17,7 @@ import math
 import os
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from minispec.commands.args import OneLineParser, integer, real
 from minispec.commands.corpus import Corpus, load_corpus
-from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from model.checkpoint import load_checkpoint, read_checkpoint, remove_stale_temporaries, save_checkpoint
 from model.config import PRESETS
 from model.gpt import GPT
 
@@ -190,6 +192,9 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
     opt = optimizer_for(model, schedule.lr)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
+        if "step" not in meta:
+            raise ValueError(f"--resume: {state_path} is a finished model, not a training state "
+                             f"(it records no step); remove it or drop --resume")
         # Continuing another run's state under this run's name would record a seed and corpus
         # that only the second half of training saw.
         found = (model.config, meta.get("seed"), meta.get("corpus_fingerprint"))
@@ -261,17 +266,39 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
     return final_path
 
 
+def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: bool) -> None:
+    """What would otherwise go wrong only after training, or silently: a folder that cannot be
+    written (found at the first save), the state of an earlier run (overwritten at the first
+    save), and temporaries a killed save left behind (never removed). `keep_state`: --resume or
+    --force said what to do with an earlier state."""
+    for flag, folder in (("--out-dir", out_dir), ("--state-dir", state_dir)):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            raise ValueError(f"{flag} {folder}: cannot write there ({exc.strerror or exc})") from None
+        for path in remove_stale_temporaries(folder):
+            print(f"removed {path}, left by an interrupted save", flush=True)
+    earlier = [state_dir / f"{role}.state.safetensors" for role in roles]
+    if not keep_state and (found := [p for p in earlier if p.exists()]):
+        raise ValueError(f"{found[0]} holds an earlier run's state: continue it with --resume, "
+                         f"or start over with --force")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="minispec train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="minispec train", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu", choices=sorted(SCHEDULES))
     parser.add_argument("--out-dir", default="checkpoints", help="where the finished pair is written")
     parser.add_argument("--state-dir", default=None, help="periodic training state (default runs/<preset>)")
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--resume", action="store_true", help="continue from the last saved state")
+    parser.add_argument("--seed", type=integer(0), default=1234)
+    fresh_or_not = parser.add_mutually_exclusive_group()
+    fresh_or_not.add_argument("--resume", action="store_true", help="continue from the last saved state")
+    fresh_or_not.add_argument("--force", action="store_true", help="start afresh over a saved state")
     parser.add_argument("--only", choices=["target", "draft"], help="train one model of the pair")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)")
-    for flag, kind in (("steps", int), ("batch-size", int), ("lr", float)):
+    for flag, kind in (("steps", integer(1)), ("batch-size", integer(1)), ("lr", real(positive=True))):
         parser.add_argument(f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
@@ -279,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
     command = "python -m minispec train " + shlex.join(argv if argv is not None else sys.argv[1:])
     ranks = init_ranks()
+    if ranks.writer:  # before the corpus loads: a run that cannot finish fails in a second
+        check_folders(out_dir, state_dir, [r for r in ("target", "draft") if args.only in (None, r)],
+                      keep_state=args.resume or args.force)
     corpus = load_corpus()
     if ranks.writer:
         print(f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / {corpus.held_out.numel():,} "

@@ -24,6 +24,7 @@ import argparse
 import numpy as np
 import torch
 
+from minispec.commands.args import OneLineParser, integer
 from minispec.stats import expected_tokens_per_round
 from sampling import rejection_sample
 
@@ -123,11 +124,12 @@ def tokens_per_round(rounds: int, seed: int, verdict: Verdict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="minispec verify", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--draws", type=int, default=2_000_000)
-    parser.add_argument("--rounds", type=int, default=200_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = OneLineParser(prog="minispec verify", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    # All draws are held in memory at once (about 100 bytes each): the bounds keep that in RAM.
+    parser.add_argument("--draws", type=integer(1, 20_000_000), default=2_000_000)
+    parser.add_argument("--rounds", type=integer(1, 2_000_000), default=200_000)
+    parser.add_argument("--seed", type=integer(0), default=0)
     args = parser.parse_args(argv)
     print("compiling the sampler's graphs on first use (cached on disk afterwards) ...\n",
           flush=True)

@@ -1,0 +1,127 @@
+"""What every command's argument parsing shares: one-line errors and checked argument types.
+
+A bad flag is one line on stderr that names the flag, and exit code 2, in every command. Values
+are checked where they are parsed, by the `type=` of their flag: a number that cannot be
+represented (an int past torch's int64, a thread count no machine has) or makes no sense (NaN,
+a negative draw count) is reported against the flag, not as an overflow deep inside torch.
+Ranges that the library itself checks (K, top-k, top-p, ...) are left to the library, so that
+each rule lives in one place.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Callable
+
+INT64_MAX = 2**63 - 1  # torch's widest integer: larger Python ints overflow when they reach it
+
+# Decode steps at B = 1 are latency-bound: each of a forward's ~50 kernels is microseconds of
+# work, and an OpenMP team's barrier per kernel costs more than a second core saves. When another
+# process holds that core the barrier waits for it to be scheduled: measured on the 2-core dev
+# machine, the target's step went from 6.8 ms (1 thread) to 35-300 ms (2 threads).
+THREADS_HELP = "CPU threads for torch (default 1: faster for B = 1 decoding)"
+
+
+def fail(message: str) -> int:
+    """Report one problem as one line on stderr; the exit code for bad input."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)  # newlines would make it two
+    return 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line and exit code 2 (argparse prints usage too)."""
+
+    def error(self, message: str) -> None:
+        raise SystemExit(fail(f"{self.prog}: {message}"))
+
+
+def integer(low: int = -INT64_MAX - 1, high: int = INT64_MAX) -> Callable[[str], int]:
+    """An argparse type: an int in [low, high] (by default, any int that torch can hold)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {text}")
+        return value
+
+    return parse
+
+
+def real(low: float = -math.inf, positive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float >= low (> 0 when `positive`); never NaN or inf."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if value < low or (positive and value <= 0):
+            raise argparse.ArgumentTypeError(f"must be {'>' if positive else '>='} {low}, got {text}")
+        return value
+
+    return parse
+
+
+def threads(text: str) -> int:
+    """An argparse type: a CPU thread count; more threads than CPUs only wait on each other."""
+    return integer(1, os.cpu_count() or 1)(text)
+
+
+def comma_list(item: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type: a comma-separated list whose every item parses with `item`.
+
+    The text is returned as given (the commands split it themselves); checking it here is what
+    turns `--ks 1,x` into an error that names the flag before any work starts.
+    """
+
+    def parse(text: str) -> str:
+        for part in text.split(","):
+            item(part.strip())
+        return text
+
+    return parse
+
+
+def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse type: a comma-separated subset of `choices` (empty items are ignored)."""
+
+    def check(part: str) -> str:
+        if part and part not in choices:
+            raise argparse.ArgumentTypeError(f"unknown item {part!r}; choose from {', '.join(choices)}")
+        return part
+
+    return comma_list(check)
+
+
+def device_problem(name: str) -> str | None:
+    """Why device `name` cannot be used here (torch would raise with a traceback), or None."""
+    import torch  # deferred: --help and other flags' errors stay instant
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        return f"unknown device {name!r}"
+    if device.type == "cpu":
+        return None
+    backend = getattr(torch, device.type, None)
+    if backend is None or not backend.is_available():
+        return f"no {device.type} device is available to this torch build"
+    if device.index is not None and device.index >= backend.device_count():
+        return f"there are only {backend.device_count()} {device.type} devices"
+    return None
+
+
+def device(text: str) -> str:
+    """An argparse type: a device name that torch knows and this machine has."""
+    if (problem := device_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
