@@ -55,7 +55,7 @@ def integer(low: int = -INT64_MAX - 1, high: int = INT64_MAX) -> Callable[[str],
 
 
 def real(low: float = -math.inf, positive: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite float >= low (> 0 when `positive`); never NaN or inf."""
+    """An argparse type: a finite float >= low, or > 0 when `positive`; never NaN or inf."""
 
     def parse(text: str) -> float:
         try:
@@ -64,14 +64,16 @@ def real(low: float = -math.inf, positive: bool = False) -> Callable[[str], floa
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-        if value < low or (positive and value <= 0):
-            raise argparse.ArgumentTypeError(f"must be {'>' if positive else '>='} {low}, got {text}")
+        if positive and value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
         return value
 
     return parse
 
 
-def threads(text: str) -> int:
+def thread_count(text: str) -> int:
     """An argparse type: a CPU thread count; more threads than CPUs only wait on each other."""
     return integer(1, os.cpu_count() or 1)(text)
 
@@ -120,7 +122,7 @@ def device_problem(name: str) -> str | None:
     return None
 
 
-def device(text: str) -> str:
+def device_name(text: str) -> str:
     """An argparse type: a device name that torch knows and this machine has."""
     if (problem := device_problem(text)) is not None:
         raise argparse.ArgumentTypeError(problem)

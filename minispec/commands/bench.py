@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
-from minispec.commands.args import (THREADS_HELP, OneLineParser, choice_list, comma_list, device, integer,
-                                     real, threads)
+from minispec.commands.args import (THREADS_HELP, OneLineParser, choice_list, comma_list, device_name,
+                                     integer, real, thread_count)
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
@@ -217,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=integer(1), default=128)
     parser.add_argument("--repeats", type=integer(1), default=5)
     parser.add_argument("--out", default="results")
-    parser.add_argument("--device", type=device, default="cpu",
+    parser.add_argument("--device", type=device_name, default="cpu",
                         help="cpu or cuda (compiled with reduce-overhead there)")
-    parser.add_argument("--threads", type=threads, default=1, help=THREADS_HELP)
+    parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     parser.add_argument("--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic")
     parser.add_argument("--skip", type=choice_list(("batch", "sampler", "startup")), default="",
                         help="comma list of parts to skip: batch,sampler,startup")

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from minispec.commands.args import OneLineParser, device
+from minispec.commands.args import OneLineParser, device_name
 from sampling import rejection_sample
 
 KERNEL_NAME = re.compile(r"^(triton_\w+|cpp_fused_\w+) = async_compile", re.MULTILINE)
@@ -37,7 +37,7 @@ def sampler_source(device: str, batch_size: int = 64, k: int = 4, vocab_size: in
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="minispec kernels", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="results")
     args = parser.parse_args(argv)
     out = Path(args.out)

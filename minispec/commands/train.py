@@ -309,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     if ranks.writer:  # before the corpus loads: a run that cannot finish fails in a second
         check_folders(out_dir, state_dir, [r for r in ("target", "draft") if args.only in (None, r)],
                       keep_state=args.resume or args.force)
+    if args.only == "draft" and not (out_dir / "target.safetensors").is_file():
+        raise ValueError(f"--only draft distils from a trained target, and {out_dir / 'target.safetensors'} "
+                         f"does not exist: train the target first (--only target)")
     corpus = load_corpus()
     if ranks.writer:
         print(f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / {corpus.held_out.numel():,} "
