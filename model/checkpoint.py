@@ -112,8 +112,9 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         header = json.loads(data[8:8 + header_size])
         if not isinstance(header, dict):
             raise ValueError
-    except RecursionError:  # JSON nested thousands deep: no header we wrote, and json.loads gives up
-        raise CheckpointError(f"{path}: not a safetensors file (its header nests too deeply)") from None
+    except RecursionError:  # JSON nested thousands deep: no header we wrote; json.loads gives up
+        raise CheckpointError(f"{path}: not a safetensors file "
+                              f"(its header nests too deeply)") from None
     except (struct.error, ValueError, UnicodeDecodeError):
         # A header that starts like one ('{') but runs past the end of the file was cut short,
         # e.g. by an interrupted copy: say so rather than "not safetensors".
@@ -181,7 +182,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
     for k, v in weights.items():
         # NaN or inf weights decode to garbage (only NUL bytes) with exit code 0: refuse them.
         if not torch.isfinite(v).all():
-            found = "NaN or inf" if not torch.isfinite(tensors[k]).all() else f"values beyond {dtype}'s range"
+            overflow = bool(torch.isfinite(tensors[k]).all())
+            found = f"values beyond {dtype}'s range" if overflow else "NaN or inf"
             raise CheckpointError(f"{path}: tensor {k} has {found}")
     weights[TIED_KEY] = weights["embed.weight"]
     model = GPT(config)
@@ -200,7 +202,8 @@ def load_pair(target_path: str | Path, draft_path: str | Path, device: str | tor
     # Swapped files still decode exactly, only slower than no speculation at all (c > 1).
     roles = (target_meta.get("role"), draft_meta.get("role"))
     if draft.num_params() > target.num_params() or roles == ("draft", "target"):
-        warnings.warn(f"the draft {draft_path} (role {roles[1]!r}, {draft.num_params():,} parameters) looks "
-                      f"like a target and the target {target_path} (role {roles[0]!r}, "
-                      f"{target.num_params():,} parameters) like a draft: are they swapped?", stacklevel=2)
+        warnings.warn(f"the draft {draft_path} (role {roles[1]!r}, {draft.num_params():,} "
+                      f"parameters) looks like a target and the target {target_path} (role "
+                      f"{roles[0]!r}, {target.num_params():,} parameters) like a draft: "
+                      f"are they swapped?", stacklevel=2)
     return target, draft

@@ -41,7 +41,8 @@ class GPTConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
             if value > SIZE_LIMITS.get(name, value):
-                raise ValueError(f"GPTConfig.{name} must be at most {SIZE_LIMITS[name]:,}, got {value:,}")
+                raise ValueError(f"GPTConfig.{name} must be at most {SIZE_LIMITS[name]:,}, "
+                                 f"got {value:,}")
         for name in ("rope_theta", "norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:

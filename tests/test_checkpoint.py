@@ -189,7 +189,7 @@ def test_load_pair(tmp_path: Path) -> None:
     assert (target.config, draft.config) == (SMALL, draft_config)
 
 
-def test_load_pair_with_same_vocabulary_and_tokenizer_loads_without_a_warning(tmp_path: Path) -> None:
+def test_load_pair_of_a_draft_and_its_target_gives_no_warning(tmp_path: Path) -> None:
     save_checkpoint(tmp_path / "t.safetensors", make_model(), {"role": "target"})
     save_checkpoint(tmp_path / "d.safetensors", make_model(seed=1), {"role": "draft"})
     with warnings.catch_warnings():
@@ -232,10 +232,12 @@ def test_metadata_without_a_required_key(saved: Path, key: str) -> None:
     expect_error(saved, f"incomplete metadata (no {key})")
 
 
-@pytest.mark.parametrize("field, value", [("vocab_size", 10**12), ("max_seq_len", 10**12), ("n_layer", 10**9)])
+@pytest.mark.parametrize("field, value",
+                         [("vocab_size", 10**12), ("max_seq_len", 10**12), ("n_layer", 10**9)])
 def test_huge_config_fails_before_allocating(saved: Path, field: str, value: int) -> None:
     tensors, meta = read_checkpoint(saved)
-    rewrite(saved, tensors, {**meta, "config": json.dumps({**json.loads(meta["config"]), field: value})})
+    config = {**json.loads(meta["config"]), field: value}
+    rewrite(saved, tensors, {**meta, "config": json.dumps(config)})
     expect_error(saved, "model config does not parse", f"GPTConfig.{field} must be at most")
 
 
@@ -261,7 +263,8 @@ def test_weights_that_overflow_the_load_dtype_are_refused_by_name(saved: Path) -
     tensors["norm.weight"][0] = 1e6  # finite in float32, inf in float16
     rewrite(saved, tensors, meta)
     load_checkpoint(saved)  # float32 is fine
-    with pytest.raises(CheckpointError, match=r"tensor norm\.weight has values beyond torch\.float16's range"):
+    with pytest.raises(CheckpointError,
+                       match=r"tensor norm\.weight has values beyond torch\.float16's range"):
         load_checkpoint(saved, dtype=torch.float16)
 
 
@@ -272,8 +275,10 @@ def test_checkpoint_for_another_tokenizer(saved: Path) -> None:
     expect_error(saved, "made for tokenizer 'bpe'", "minispec's tokenizer is 'bytes'")
 
 
-@pytest.mark.parametrize("tokenizer", ["{oops", "[1, 2]", json.dumps({"kind": "bytes", "bos": 257, "eos": 256,
-                                                                       "vocab_size": 258})])
+SWAPPED_SPECIALS = json.dumps({"kind": "bytes", "vocab_size": 258, "bos": 257, "eos": 256})
+
+
+@pytest.mark.parametrize("tokenizer", ["{oops", "[1, 2]", SWAPPED_SPECIALS])
 def test_checkpoint_with_a_bad_tokenizer_record(saved: Path, tokenizer: str) -> None:
     tensors, meta = read_checkpoint(saved)
     rewrite(saved, tensors, {**meta, "tokenizer": tokenizer})
@@ -284,11 +289,12 @@ def test_checkpoint_with_a_bad_tokenizer_record(saved: Path, tokenizer: str) -> 
 def test_vocabulary_that_is_not_the_tokenizers(tmp_path: Path, vocab_size: int) -> None:
     """A consistent pair with 300 ids would have ids 258-299 dropped from the text; one with 200
     could not even read the tokenizer's BOS (256). Both fail at load, naming the file."""
-    config = GPTConfig(vocab_size=vocab_size, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
+    config = GPTConfig(vocab_size=vocab_size, n_layer=1, n_head=2, d_model=16, mlp_hidden=32,
+                       max_seq_len=32)
     for role in ("target", "draft"):
         save_checkpoint(tmp_path / f"{role}.safetensors", make_model(config))
-    with pytest.raises(CheckpointError, match=rf"target\.safetensors: vocab_size {vocab_size} does not match "
-                                              r"the bytes tokenizer's 258 ids"):
+    with pytest.raises(CheckpointError, match=rf"target\.safetensors: vocab_size {vocab_size} does "
+                                              r"not match the bytes tokenizer's 258 ids"):
         load_pair(tmp_path / "target.safetensors", tmp_path / "draft.safetensors")
 
 

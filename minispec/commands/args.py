@@ -98,7 +98,8 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
 
     def check(part: str) -> str:
         if part and part not in choices:
-            raise argparse.ArgumentTypeError(f"unknown item {part!r}; choose from {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(f"unknown item {part!r}; "
+                                             f"choose from {', '.join(choices)}")
         return part
 
     return comma_list(check)

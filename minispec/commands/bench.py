@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
-from minispec.commands.args import (THREADS_HELP, OneLineParser, choice_list, comma_list, device_name,
-                                     integer, real, thread_count)
+from minispec.commands.args import (THREADS_HELP, OneLineParser, choice_list, comma_list,
+                                     device_name, integer, real, thread_count)
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup

@@ -167,9 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="minispec bench-sampler", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results", help="folder for sampler.json/.md")
-    parser.add_argument("--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", type=device_name,
+                        default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=integer(1), default=11)
-    parser.add_argument("--threads", type=comma_list(thread_count), default=str(torch.get_num_threads()),
+    parser.add_argument("--threads", type=comma_list(thread_count),
+                        default=str(torch.get_num_threads()),
                         help="comma list of CPU thread counts to run the table with, e.g. 2,1: "
                              "one thread is the steady figure on a machine other jobs share")
     args = parser.parse_args(argv)

@@ -38,22 +38,30 @@ EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE: wh
 
 
 def decode_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="minispec decode", description="Speculative decoding with a draft/target pair.")
-    p.add_argument("--prompt", action="append", help="a prompt; repeat for a batch (default: a Python snippet)")
+    p = OneLineParser(prog="minispec decode",
+                      description="Speculative decoding with a draft/target pair.")
+    p.add_argument("--prompt", action="append",
+                   help="a prompt; repeat for a batch (default: a Python snippet)")
     p.add_argument("-k", "--num-speculative-tokens", type=integer(), default=4,
                    help="K drafts per round; 0 = target only")
-    p.add_argument("--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic")
-    p.add_argument("--rejection-sample-method", default="standard", help="standard (exact) or naive (biased)")
+    p.add_argument("--draft-sample-method", default="greedy",
+                   help="greedy (one-hot q) or probabilistic")
+    p.add_argument("--rejection-sample-method", default="standard",
+                   help="standard (exact) or naive (biased)")
     p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
     p.add_argument("--top-p", type=real(), default=1.0, help="1.0 = off")
     p.add_argument("--seed", type=integer(), default=0, help="request i uses seed + i")
     p.add_argument("--max-new-tokens", type=integer(), default=200)
-    p.add_argument("--compare", action="store_true", help="also run K = 0 and print the measured speedup")
+    p.add_argument("--compare", action="store_true",
+                   help="also run K = 0 and print the measured speedup")
     p.add_argument("--json", action="store_true", help="print one JSON result instead of text")
-    p.add_argument("--no-compile", dest="compile", action="store_false", help="run eagerly (debugging)")
-    p.add_argument("--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)")
-    p.add_argument("--draft", default=None, help="draft checkpoint (default: checkpoints/draft.safetensors)")
+    p.add_argument("--no-compile", dest="compile", action="store_false",
+                   help="run eagerly (debugging)")
+    p.add_argument("--target", default=None,
+                   help="target checkpoint (default: checkpoints/target.safetensors)")
+    p.add_argument("--draft", default=None,
+                   help="draft checkpoint (default: checkpoints/draft.safetensors)")
     p.add_argument("--device", type=device_name, default="cpu")
     p.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     return p
@@ -69,7 +77,8 @@ class Streamer:
 
     def __init__(self, colour: bool, header: str | None) -> None:
         self.colour, self.header, self.first_token_at = colour, header, None
-        self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")  # bytes may split a character
+        # A character's bytes may arrive in different calls.
+        self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def __call__(self, row: int, ids: list[int], origins: list[str]) -> None:
         if self.first_token_at is None:
@@ -80,8 +89,9 @@ class Streamer:
             return
         for token, origin in zip(ids, origins):
             text = self.utf8.decode(bytes([token])) if token < 256 else ""
-            if text:
-                sys.stdout.write(f"{COLOURS[origin]}{text}{RESET}" if self.colour and COLOURS[origin] else text)
+            if text and self.colour and COLOURS[origin]:
+                text = f"{COLOURS[origin]}{text}{RESET}"
+            sys.stdout.write(text)
         sys.stdout.flush()
 
     def finish(self) -> None:
@@ -117,24 +127,30 @@ def run_decode(argv: list[str]) -> int:
     prompts = args.prompt or [DEFAULT_PROMPT]
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
-    decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device, args.compile)
-    kwargs = dict(num_speculative_tokens=args.num_speculative_tokens, draft_sample_method=args.draft_sample_method,
-                  rejection_sample_method=args.rejection_sample_method, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
-                  decoder=decoder)
+    decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device,
+                           args.compile)
+    kwargs = dict(num_speculative_tokens=args.num_speculative_tokens,
+                  draft_sample_method=args.draft_sample_method,
+                  rejection_sample_method=args.rejection_sample_method,
+                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                  max_new_tokens=args.max_new_tokens, decoder=decoder)
     if args.compile:  # compile every graph in a one-token warm-up so the timed run is warm
         generate(prompts, **{**kwargs, "max_new_tokens": 1})
         if args.compare:
             generate(prompts, **{**kwargs, "max_new_tokens": 1, "num_speculative_tokens": 0})
-    legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus")) + "\n"
-    streamer = Streamer(colour, header=None if args.json else (legend if colour else "") + prompts[0])
+    legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}"
+                                   for o in ("accepted", "corrective", "bonus")) + "\n"
+    streamer = Streamer(colour,
+                        header=None if args.json else (legend if colour else "") + prompts[0])
     result = generate(prompts, **kwargs, on_tokens=streamer)
     streamer.finish()
-    baseline = generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare else None
+    baseline = (generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare
+                else None)
     stats = result.stats
     if args.json:
+        rows = zip(prompts, result.texts, result.token_ids, result.origins)
         report = {"requests": [{"prompt": p, "text": t, "token_ids": ids, "origins": o}
-                               for p, t, ids, o in zip(prompts, result.texts, result.token_ids, result.origins)],
+                               for p, t, ids, o in rows],
                   "stats": stats.to_dict(), "time_to_first_token_s": streamer.first_token_at}
         if baseline:
             report["baseline_stats"] = baseline.stats.to_dict()
@@ -156,8 +172,8 @@ def run_decode(argv: list[str]) -> int:
 
 # Each command but decode lives in its own module, imported on demand so `--help` stays instant.
 COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench",
-            "bench-sampler": "minispec.commands.bench_sampler", "kernels": "minispec.commands.kernels",
-            "verify": "minispec.commands.verify"}
+            "bench-sampler": "minispec.commands.bench_sampler",
+            "kernels": "minispec.commands.kernels", "verify": "minispec.commands.verify"}
 
 
 def run(argv: list[str]) -> int:
@@ -186,7 +202,8 @@ class CtrlC:
     While torch itself is being imported, an exception cannot be raised safely: its C++ start-up
     then aborts the process with a C++ stack trace, or CPython records the interrupt as unhandled
     and kills the process with SIGINT at exit (measured here: 3 of 16 interrupts at random
-    moments of the import, and an abort in another run). Nothing has been written yet at that point, so the process ends on the spot.
+    moments of the import, and an abort in another run). Nothing has been written yet at that
+    point, so the process ends on the spot.
     """
 
     pressed = False

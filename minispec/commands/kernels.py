@@ -37,7 +37,8 @@ def sampler_source(device: str, batch_size: int = 64, k: int = 4, vocab_size: in
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="minispec kernels", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", type=device_name,
+                        default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default="results")
     args = parser.parse_args(argv)
     out = Path(args.out)

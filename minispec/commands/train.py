@@ -27,7 +27,8 @@ import torch.nn.functional as F
 
 from minispec.commands.args import OneLineParser, integer, real
 from minispec.commands.corpus import Corpus, load_corpus
-from model.checkpoint import load_checkpoint, read_checkpoint, remove_stale_temporaries, save_checkpoint
+from model.checkpoint import (load_checkpoint, read_checkpoint, remove_stale_temporaries,
+                              save_checkpoint)
 from model.config import PRESETS
 from model.gpt import GPT
 
@@ -277,7 +278,8 @@ def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: 
             with tempfile.TemporaryFile(dir=folder):
                 pass
         except OSError as exc:
-            raise ValueError(f"{flag} {folder}: cannot write there ({exc.strerror or exc})") from None
+            raise ValueError(f"{flag} {folder}: cannot write there "
+                             f"({exc.strerror or exc})") from None
         for path in remove_stale_temporaries(folder):
             print(f"removed {path}, left by an interrupted save", flush=True)
     earlier = [state_dir / f"{role}.state.safetensors" for role in roles]
@@ -294,11 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", default=None, help="periodic training state (default runs/<preset>)")
     parser.add_argument("--seed", type=integer(0), default=1234)
     fresh_or_not = parser.add_mutually_exclusive_group()
-    fresh_or_not.add_argument("--resume", action="store_true", help="continue from the last saved state")
-    fresh_or_not.add_argument("--force", action="store_true", help="start afresh over a saved state")
+    fresh_or_not.add_argument("--resume", action="store_true",
+                              help="continue from the last saved state")
+    fresh_or_not.add_argument("--force", action="store_true",
+                              help="start afresh over a saved state")
     parser.add_argument("--only", choices=["target", "draft"], help="train one model of the pair")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)")
-    for flag, kind in (("steps", integer(1)), ("batch-size", integer(1)), ("lr", real(positive=True))):
+    for flag, kind in (("steps", integer(1)), ("batch-size", integer(1)),
+                       ("lr", real(positive=True))):
         parser.add_argument(f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
@@ -307,11 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m minispec train " + shlex.join(argv if argv is not None else sys.argv[1:])
     ranks = init_ranks()
     if ranks.writer:  # before the corpus loads: a run that cannot finish fails in a second
-        check_folders(out_dir, state_dir, [r for r in ("target", "draft") if args.only in (None, r)],
-                      keep_state=args.resume or args.force)
+        roles = [r for r in ("target", "draft") if args.only in (None, r)]
+        check_folders(out_dir, state_dir, roles, keep_state=args.resume or args.force)
     if args.only == "draft" and not (out_dir / "target.safetensors").is_file():
-        raise ValueError(f"--only draft distils from a trained target, and {out_dir / 'target.safetensors'} "
-                         f"does not exist: train the target first (--only target)")
+        raise ValueError(f"--only draft distils from a trained target, and "
+                         f"{out_dir / 'target.safetensors'} does not exist: train it first")
     corpus = load_corpus()
     if ranks.writer:
         print(f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / {corpus.held_out.numel():,} "
