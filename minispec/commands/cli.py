@@ -234,6 +234,8 @@ def unwritable_stdout() -> OSError | None:
 def one_line(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return f"out of memory {exc}".strip()
+    if isinstance(exc, OSError) and exc.strerror:  # "[Errno 28] ..." says nothing more to a user
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     return str(exc) or type(exc).__name__
 
 
@@ -258,7 +260,7 @@ def front_door(argv: list[str]) -> int:
     if isinstance(problem, BrokenPipeError) or isinstance(unwritable, BrokenPipeError):
         return EXIT_BROKEN_PIPE  # the reader has gone (`| head`): no one is left to tell
     if unwritable is not None and (problem is None or isinstance(problem, OSError)):
-        problem = OSError(f"cannot write the output: {unwritable.strerror or unwritable}")
+        problem = OSError(f"cannot write the output: {one_line(unwritable)}")
     return fail(one_line(problem)) if problem is not None else code
 
 

@@ -1,0 +1,280 @@
+"""The front door of every command (issue 13): one line for each expected failure, exit 130 on
+Ctrl-C whenever it comes, quiet on a closed pipe, JSON that is JSON, NO_COLOR, the UTF-8 tail.
+
+The table runs in-process through `main` (no interpreter start-up: torch is already imported).
+A few cases run as real processes, started together so that their torch imports overlap:
+signals, pipes and closed streams only show there.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _enumerate import random_gpt
+from minispec.commands import train
+from minispec.commands.cli import Streamer, json_safe, main, use_colour
+from model.checkpoint import save_checkpoint
+from model.tokenizer import VOCAB_SIZE
+
+ROOT = Path(__file__).resolve().parent.parent
+HUGE = "99999999999999999999"  # past int64: torch would overflow on it
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Decode flags for a tiny random pair with room for 400 new tokens (a few seconds eager)."""
+    d = tmp_path_factory.mktemp("pair")
+    for role, seed in (("target", 0), ("draft", 1)):
+        save_checkpoint(d / f"{role}.safetensors", random_gpt(VOCAB_SIZE, seed=seed, max_seq_len=512))
+    return ["--no-compile", "--target", str(d / "target.safetensors"),
+            "--draft", str(d / "draft.safetensors")]
+
+
+@pytest.fixture(scope="module")
+def a_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("plain") / "a_file"
+    path.write_text("not a folder")
+    return str(path)
+
+
+# command x bad arguments -> a fragment the one line must contain (the flag, or the problem).
+# {file} is a plain file: a folder "under" it cannot be made.
+BAD_ARGUMENTS = [
+    (["decode", "--threads", HUGE], "--threads"),
+    (["decode", "--threads", "0"], "--threads"),
+    (["decode", "--top-k", HUGE], "--top-k"),
+    (["decode", "--seed", HUGE], "--seed"),
+    (["decode", "-k", HUGE], "--num-speculative-tokens"),
+    (["decode", "--max-new-tokens", "many"], "--max-new-tokens"),
+    (["decode", "--temperature", "nan"], "--temperature"),
+    (["decode", "--top-p", "inf"], "--top-p"),
+    (["decode", "--device", "abacus"], "--device"),
+    (["decode", "--json", "--bogus"], "--bogus"),
+    (["train", "--steps", "x"], "--steps"),
+    (["train", "--steps", "0"], "--steps"),
+    (["train", "--batch-size", HUGE], "--batch-size"),
+    (["train", "--lr", "-1"], "--lr"),
+    (["train", "--lr", "nan"], "--lr"),
+    (["train", "--seed", "-3"], "--seed"),
+    (["train", "--only", "both"], "--only"),
+    (["train", "--preset", "huge"], "--preset"),
+    (["train", "--resume", "--force"], "--force"),
+    (["train", "--out-dir", "{file}/out"], "--out-dir"),
+    (["train", "--state-dir", "{file}/state"], "--state-dir"),
+    (["train", "--only", "draft", "--out-dir", "{empty}"], "train it first"),
+    (["bench", "--ks", "x"], "--ks"),
+    (["bench", "--ks", "1,,2"], "--ks"),
+    (["bench", "--temperatures", "0,-1"], "--temperatures"),
+    (["bench", "--batch-sizes", "0"], "--batch-sizes"),
+    (["bench", "--repeats", "0"], "--repeats"),
+    (["bench", "--skip", "everything"], "--skip"),
+    (["bench", "--threads", HUGE], "--threads"),
+    (["bench", "--device", "cuda:7"], "--device"),
+    (["bench-sampler", "--threads", "2,zero"], "--threads"),
+    (["bench-sampler", "--repeats", "-1"], "--repeats"),
+    (["bench-sampler", "--device", "foo"], "--device"),
+    (["verify", "--draws", "-5"], "--draws"),
+    (["verify", "--draws", HUGE], "--draws"),
+    (["verify", "--rounds", "0"], "--rounds"),
+    (["verify", "--seed", "x"], "--seed"),
+    (["kernels", "--device", "foo"], "--device"),
+    (["kernels", "--out"], "--out"),
+    (["speculate"], "unknown command"),
+]
+
+
+def assert_one_error_line(code: int | str | None, stderr: str, fragment: str = "") -> None:
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert fragment in lines[0], stderr
+
+
+@pytest.mark.parametrize("argv, fragment", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+def test_every_command_gives_one_line_for_bad_arguments(
+        argv: list[str], fragment: str, a_file: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a command that got past its checks would write here, not in the repo
+    monkeypatch.setattr(train, "load_corpus", lambda: pytest.fail("loaded the corpus before checking"))
+    argv = [a.format(file=a_file, empty=tmp_path) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's verdict leaves through SystemExit
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert_one_error_line(code, err, fragment)
+    assert out == ""
+
+
+def test_train_refuses_to_overwrite_a_state_without_resume_or_force(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "draft.state.safetensors").write_bytes(b"an earlier run")
+    monkeypatch.setattr(train, "load_corpus", lambda: pytest.fail("loaded the corpus before checking"))
+    code = main(["train", "--out-dir", str(tmp_path / "out"), "--state-dir", str(state)])
+    assert_one_error_line(code, capsys.readouterr().err, "draft.state.safetensors holds an earlier")
+    assert (state / "draft.state.safetensors").read_bytes() == b"an earlier run"
+
+
+def test_train_removes_temporaries_of_killed_saves_before_it_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".target.state.safetensors.tmp-{dead.pid}"
+    stale.write_bytes(b"half a save")
+
+    class Stop(Exception):
+        pass
+
+    monkeypatch.setattr(train, "load_corpus", lambda: (_ for _ in ()).throw(Stop()))
+    with pytest.raises(Stop):  # train.main is called directly: no front door to turn it into a line
+        train.main(["--out-dir", str(tmp_path), "--state-dir", str(tmp_path)])
+    assert not stale.exists()
+    assert f"removed {stale}" in capsys.readouterr().out
+
+
+def test_a_finished_checkpoint_is_not_a_training_state(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_train import synthetic_corpus
+
+    state = tmp_path / "state"
+    save_checkpoint(state / "target.state.safetensors",
+                    random_gpt(VOCAB_SIZE, seed=0, max_seq_len=64), {"seed": "1234"})
+    monkeypatch.setattr(train, "load_corpus", synthetic_corpus)
+    code = main(["train", "--preset", "tiny", "--only", "target", "--resume", "--no-compile",
+                 "--out-dir", str(tmp_path / "out"), "--state-dir", str(state)])
+    assert_one_error_line(code, capsys.readouterr().err, "is a finished model, not a training state")
+
+
+# ---- output -------------------------------------------------------------------------------------
+
+def test_json_safe_turns_missing_figures_into_null() -> None:
+    report = {"alpha": math.nan, "speedup": math.inf, "c": None, "rows": [1.5, -math.inf, {"x": 2}]}
+    safe = json_safe(report)
+    assert safe == {"alpha": None, "speedup": None, "c": None, "rows": [1.5, None, {"x": 2}]}
+    json.dumps(safe, allow_nan=False)  # would raise on a NaN left behind
+
+
+@pytest.mark.parametrize("no_colour, json_output, expected", [
+    (None, False, True), ("1", False, False), ("", False, True), (None, True, False)])
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch, no_colour: str | None,
+                                                    json_output: bool, expected: bool) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    if no_colour is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", no_colour)  # no-color.org: set and not empty means no colour
+    assert use_colour(json_output) is expected
+
+
+def test_streamed_text_ends_like_the_decoded_text(capsys: pytest.CaptureFixture) -> None:
+    """Bytes of a character may be cut off by the end of generation: the stream must end with
+    the same U+FFFD that the decoded text (--json) has, not drop it."""
+    from model import tokenizer
+
+    ids = list("añ€".encode()) + [0xF0, 0x9F]  # the last character is cut after 2 of its 4 bytes
+    streamer = Streamer(colour=False, header="")
+    for i in range(0, len(ids), 2):
+        streamer(0, ids[i:i + 2], ["accepted"] * len(ids[i:i + 2]))
+    streamer.finish()
+    assert capsys.readouterr().out == tokenizer.decode(ids) == "añ€\ufffd"
+
+
+# ---- real processes: signals, pipes, closed streams --------------------------------------------
+
+def start(argv: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
+    # A session of its own: Ctrl-C in a terminal signals the whole process group, workers too.
+    return subprocess.Popen([sys.executable, "-m", "minispec", *argv], cwd=ROOT, env=env, text=True,
+                            stderr=subprocess.PIPE, start_new_session=True, **kwargs)
+
+
+def torch_is_loading(proc: subprocess.Popen) -> None:
+    """Wait until torch's shared library is mapped into the process: its import is under way."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text():
+            return
+        time.sleep(0.01)
+
+
+def output_shows(proc: subprocess.Popen, text: str) -> None:
+    """Wait until the process has written `text` (or ended)."""
+    seen = ""
+    while text not in seen and (chunk := proc.stdout.read(1)):
+        seen += chunk
+
+
+# name -> (command, the moment to press Ctrl-C)
+INTERRUPTS = {"decode, while torch imports": ("decode", torch_is_loading),
+              "decode, while it generates": ("decode", lambda proc: output_shows(proc, "def")),
+              "train, while it trains": ("train", lambda proc: output_shows(proc, "corpus:"))}
+
+
+@pytest.fixture(scope="module")
+def processes(pair: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Start every case at once, then act on each at its moment; returns name -> (code, stderr).
+    Moments are events, not delays: on a busy machine Python's own start-up can take longer
+    than any fixed delay, and a Ctrl-C before minispec runs is Python's to handle, not ours."""
+    run_dir = tmp_path_factory.mktemp("train")
+    argvs = {"decode": ["decode", *pair, "--max-new-tokens", "480"],
+             "train": ["train", "--preset", "tiny", "--no-compile", "--out-dir", str(run_dir / "out"),
+                       "--state-dir", str(run_dir / "state")]}
+    procs = {name: start(argvs[command], stdout=subprocess.PIPE)
+             for name, (command, _) in INTERRUPTS.items()}
+    with open("/dev/full", "w") as full:
+        reader = start(argvs["decode"], stdout=subprocess.PIPE)
+        disk_full = start(argvs["decode"], stdout=full)
+        closed = subprocess.Popen(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "minispec",
+                                   "decode", *pair, "--max-new-tokens", "8", "--json"],
+                                  cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    for name, (_, moment) in INTERRUPTS.items():
+        moment(procs[name])
+        with contextlib.suppress(ProcessLookupError):  # it ended first: the test below says so
+            os.killpg(procs[name].pid, signal.SIGINT)
+    reader.stdout.read(10)  # the reader takes 10 characters of the stream, then goes away
+    reader.stdout.close()
+    results = {name: (proc.wait(timeout=300), proc.stderr.read()) for name, proc in procs.items()}
+    for name, proc in (("closed pipe", reader), ("/dev/full", disk_full), ("closed stdout", closed)):
+        results[name] = (proc.wait(timeout=300), proc.stderr.read())
+    return results
+
+
+@pytest.mark.parametrize("name", INTERRUPTS)
+def test_ctrl_c_at_any_moment_exits_130_without_a_traceback(processes: dict, name: str) -> None:
+    code, err = processes[name]
+    assert code == 130, err
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly(processes: dict) -> None:
+    code, err = processes["closed pipe"]
+    assert code == 141, err  # 128 + SIGPIPE, what `set -o pipefail` reports for other tools
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_full_disk_is_one_line(processes: dict) -> None:
+    code, err = processes["/dev/full"]
+    assert_one_error_line(code, err, "No space left on device")
+
+
+def test_a_closed_stdout_is_not_an_error(processes: dict) -> None:
+    code, err = processes["closed stdout"]
+    assert code == 0, err
+    assert err == "", err
