@@ -2,11 +2,13 @@
 
     python -m minispec train --preset cpu            # the shipped pair, <= 60 min on 2 cores
     python -m minispec train --preset cpu --resume   # continue an interrupted run
+    python -m minispec train --preset cpu --force    # start afresh over a saved state
 
 Periodic state (fp32 weights + AdamW moments + step) goes to runs/<preset>/<role>.state.safetensors;
 the finished models go to checkpoints/ (float16 for the cpu preset to fit the 30 MB budget). Both
-are written atomically, so Ctrl-C at any moment leaves the last checkpoint intact. Batches are a
-pure function of (seed, step), so a resumed run sees exactly the batches it would have seen.
+are written atomically, so Ctrl-C at any moment leaves the last checkpoint intact (a kill leaves
+a temporary file, which the next run removes). Batches are a pure function of (seed, step), so a
+resumed run sees exactly the batches it would have seen.
 """
 from __future__ import annotations
 
