@@ -1,6 +1,7 @@
 try:
     from minispec.commands.cli import main
-except KeyboardInterrupt:  # Ctrl-C before the front door is open: exit as quietly as after
-    raise SystemExit(130) from None
 
-raise SystemExit(main())
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C outside the front door (before it opens, or as it closes)
+    code = 130
+raise SystemExit(code)

@@ -250,12 +250,12 @@ def front_door(argv: list[str]) -> int:
         return EXIT_INTERRUPTED
     except SystemExit:
         raise  # argparse's verdict (--help, or a bad flag already reported in one line)
-    except (ValueError, OSError, MemoryError) as exc:  # ValueError includes CheckpointError
-        code, problem = 2, exc
-    except BaseException:
-        if CtrlC.pressed:
+    except BaseException as exc:
+        if CtrlC.pressed:  # whatever the interrupt turned into on its way up
             return EXIT_INTERRUPTED
-        raise  # a bug: the traceback is what a report needs
+        if not isinstance(exc, (ValueError, OSError, MemoryError)):  # ValueError: CheckpointError too
+            raise  # a bug: the traceback is what a report needs
+        code, problem = 2, exc
     unwritable = unwritable_stdout()
     if isinstance(problem, BrokenPipeError) or isinstance(unwritable, BrokenPipeError):
         return EXIT_BROKEN_PIPE  # the reader has gone (`| head`): no one is left to tell
@@ -278,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = one_line_warning
     try:
         return front_door(list(sys.argv[1:] if program else argv))
+    except KeyboardInterrupt:  # in the few lines of front_door outside its own `try`
+        return EXIT_INTERRUPTED
     finally:
         warnings.showwarning = shown
         if owns_signals:
