@@ -35,7 +35,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Decode flags for a tiny random pair with room for 400 new tokens (a few seconds eager)."""
     d = tmp_path_factory.mktemp("pair")
     for role, seed in (("target", 0), ("draft", 1)):
-        save_checkpoint(d / f"{role}.safetensors", random_gpt(VOCAB_SIZE, seed=seed, max_seq_len=512))
+        model = random_gpt(VOCAB_SIZE, seed=seed, max_seq_len=512)
+        save_checkpoint(d / f"{role}.safetensors", model)
     return ["--no-compile", "--target", str(d / "target.safetensors"),
             "--draft", str(d / "draft.safetensors")]
 
@@ -93,6 +94,10 @@ BAD_ARGUMENTS = [
 ]
 
 
+def corpus_too_early():
+    pytest.fail("the corpus was loaded before the arguments and folders were checked")
+
+
 def assert_one_error_line(code: int | str | None, stderr: str, fragment: str = "") -> None:
     assert code == 2, stderr
     assert "Traceback" not in stderr
@@ -101,12 +106,13 @@ def assert_one_error_line(code: int | str | None, stderr: str, fragment: str = "
     assert fragment in lines[0], stderr
 
 
-@pytest.mark.parametrize("argv, fragment", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+@pytest.mark.parametrize("argv, fragment", BAD_ARGUMENTS,
+                         ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
 def test_every_command_gives_one_line_for_bad_arguments(
         argv: list[str], fragment: str, a_file: str, tmp_path: Path, capsys: pytest.CaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)  # a command that got past its checks would write here, not in the repo
-    monkeypatch.setattr(train, "load_corpus", lambda: pytest.fail("loaded the corpus before checking"))
+    monkeypatch.chdir(tmp_path)  # a command past its checks would write here, not in the repo
+    monkeypatch.setattr(train, "load_corpus", corpus_too_early)
     argv = [a.format(file=a_file, empty=tmp_path) for a in argv]
     try:
         code = main(argv)
@@ -122,7 +128,7 @@ def test_train_refuses_to_overwrite_a_state_without_resume_or_force(
     state = tmp_path / "state"
     state.mkdir()
     (state / "draft.state.safetensors").write_bytes(b"an earlier run")
-    monkeypatch.setattr(train, "load_corpus", lambda: pytest.fail("loaded the corpus before checking"))
+    monkeypatch.setattr(train, "load_corpus", corpus_too_early)
     code = main(["train", "--out-dir", str(tmp_path / "out"), "--state-dir", str(state)])
     assert_one_error_line(code, capsys.readouterr().err, "draft.state.safetensors holds an earlier")
     assert (state / "draft.state.safetensors").read_bytes() == b"an earlier run"
@@ -155,7 +161,8 @@ def test_a_finished_checkpoint_is_not_a_training_state(
     monkeypatch.setattr(train, "load_corpus", synthetic_corpus)
     code = main(["train", "--preset", "tiny", "--only", "target", "--resume", "--no-compile",
                  "--out-dir", str(tmp_path / "out"), "--state-dir", str(state)])
-    assert_one_error_line(code, capsys.readouterr().err, "is a finished model, not a training state")
+    assert_one_error_line(code, capsys.readouterr().err,
+                          "is a finished model, not a training state")
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -169,8 +176,9 @@ def test_json_safe_turns_missing_figures_into_null() -> None:
 
 @pytest.mark.parametrize("no_colour, json_output, expected", [
     (None, False, True), ("1", False, False), ("", False, True), (None, True, False)])
-def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch, no_colour: str | None,
-                                                    json_output: bool, expected: bool) -> None:
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch,
+                                                    no_colour: str | None, json_output: bool,
+                                                    expected: bool) -> None:
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -234,15 +242,15 @@ def processes(pair: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict
     than any fixed delay, and a Ctrl-C before minispec runs is Python's to handle, not ours."""
     run_dir = tmp_path_factory.mktemp("train")
     argvs = {"decode": ["decode", *pair, "--max-new-tokens", "480"],
-             "train": ["train", "--preset", "tiny", "--no-compile", "--out-dir", str(run_dir / "out"),
-                       "--state-dir", str(run_dir / "state")]}
+             "train": ["train", "--preset", "tiny", "--no-compile",
+                       "--out-dir", str(run_dir / "out"), "--state-dir", str(run_dir / "state")]}
     procs = {name: start(argvs[command], stdout=subprocess.PIPE)
              for name, (command, _) in INTERRUPTS.items()}
     with open("/dev/full", "w") as full:
         reader = start(argvs["decode"], stdout=subprocess.PIPE)
         disk_full = start(argvs["decode"], stdout=full)
-        closed = subprocess.Popen(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "minispec",
-                                   "decode", *pair, "--max-new-tokens", "8", "--json"],
+        closed = subprocess.Popen(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m",
+                                   "minispec", "decode", *pair, "--max-new-tokens", "8", "--json"],
                                   cwd=ROOT, stderr=subprocess.PIPE, text=True)
     for name, (_, moment) in INTERRUPTS.items():
         moment(procs[name])
@@ -251,7 +259,7 @@ def processes(pair: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict
     reader.stdout.read(10)  # the reader takes 10 characters of the stream, then goes away
     reader.stdout.close()
     results = {name: (proc.wait(timeout=300), proc.stderr.read()) for name, proc in procs.items()}
-    for name, proc in (("closed pipe", reader), ("/dev/full", disk_full), ("closed stdout", closed)):
+    for name, proc in ("closed pipe", reader), ("/dev/full", disk_full), ("closed stdout", closed):
         results[name] = (proc.wait(timeout=300), proc.stderr.read())
     return results
 

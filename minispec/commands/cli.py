@@ -253,7 +253,7 @@ def front_door(argv: list[str]) -> int:
     except BaseException as exc:
         if CtrlC.pressed:  # whatever the interrupt turned into on its way up
             return EXIT_INTERRUPTED
-        if not isinstance(exc, (ValueError, OSError, MemoryError)):  # ValueError: CheckpointError too
+        if not isinstance(exc, (ValueError, OSError, MemoryError)):  # CheckpointError: ValueError
             raise  # a bug: the traceback is what a report needs
         code, problem = 2, exc
     unwritable = unwritable_stdout()
