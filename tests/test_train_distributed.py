@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def torchrun(tmp: Path, nproc: int, *extra: str) -> subprocess.Popen:
     """`torchrun --nproc_per_node=N -m minispec train` on the tiny preset, target only."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "minispec", "train", "--preset", "tiny", "--only", "target", "--no-compile",
+           "-m", "minispec", "train", "--preset", "tiny", "--only", "target", "--no-compile", "--fp32",
            "--out-dir", str(tmp / "out"), "--state-dir", str(tmp / "state"), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

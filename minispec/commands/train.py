@@ -164,7 +164,7 @@ class ProgressLog:
 
     def __init__(self, path: Path, role: str, schedule: Schedule, start: int, enabled: bool) -> None:
         self.path, self.role, self.schedule, self.enabled = path, role, schedule, enabled
-        self.start, self.t0 = start, time.perf_counter()
+        self.last_step, self.last_time = start, time.perf_counter()
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
         if enabled and start == 0:
@@ -174,10 +174,11 @@ class ProgressLog:
         if not self.enabled:
             return
         s = self.schedule
-        elapsed = time.perf_counter() - self.t0
-        done = step - self.start
-        tok_s = done * s.batch_size * s.seq_len / elapsed
-        eta = (s.steps - step) * elapsed / max(done, 1)
+        # The rate over the steps since the previous record: compile time does not distort it.
+        now = time.perf_counter()
+        tok_s = (step - self.last_step) * s.batch_size * s.seq_len / (now - self.last_time)
+        self.last_step, self.last_time = step, now
+        eta = (s.steps - step) * s.batch_size * s.seq_len / tok_s
         entry = {"role": self.role, "step": step, "bytes_seen": step * s.batch_size * s.seq_len,
                  "train_bpb": round(train_bpb, 4), "heldout_bpb": None if heldout_bpb is None else round(heldout_bpb, 4),
                  "tokens_per_s": round(tok_s), "eta_s": round(eta), "lr": learning_rate(s, step - 1)}
@@ -191,7 +192,7 @@ class ProgressLog:
 
 def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: Path, seed: int,
               command: str, resume: bool, teacher: GPT | None = None, compile: bool = True,
-              ranks: Ranks = Ranks(), overrides: dict | None = None) -> Path:
+              ranks: Ranks = Ranks(), overrides: dict | None = None, autocast: bool = True) -> Path:
     """Train one model of the pair and export it to out_dir/<role>.safetensors."""
     schedule = dataclasses.replace(SCHEDULES[preset][role], **(overrides or {}))
     if schedule.batch_size % ranks.world:
@@ -236,14 +237,14 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
         for group in opt.param_groups:
             group["lr"] = learning_rate(schedule, step)
         x, y = (ranks.shard(t) for t in get_batch(corpus.train, schedule.batch_size, schedule.seq_len, seed, step))
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = forward(x).float()
         cross_entropy = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         loss = cross_entropy
         if teacher is not None:
             # Distillation: a draft that imitates the target's distribution (not just the data)
             # raises alpha = sum min(p, q), which is what speculative decoding pays on.
-            with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16):
+            with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
                 teacher_logp = F.log_softmax(teacher_forward(x).float(), dim=-1)
             kl = F.kl_div(F.log_softmax(logits, dim=-1).flatten(0, 1), teacher_logp.flatten(0, 1),
                           log_target=True, reduction="batchmean")
@@ -283,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from the last saved state")
     parser.add_argument("--only", choices=["target", "draft"], help="train one model of the pair")
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)")
+    parser.add_argument("--fp32", dest="autocast", action="store_false",
+                        help="no bf16 autocast: slower, but runs with different process counts agree to fp32 rounding")
     for flag, kind in (("steps", int), ("batch-size", int), ("lr", float)):
         parser.add_argument(f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)")
     args = parser.parse_args(argv)
@@ -302,12 +305,14 @@ def main(argv: list[str] | None = None) -> int:
         # only the saved state tells how far this run got. A finished state costs one re-export.
         if args.only != "draft":
             train_one("target", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume,
-                      compile=args.compile, ranks=ranks, overrides=overrides)
+                      compile=args.compile, ranks=ranks, overrides=overrides,
+                      autocast=args.autocast)
         if args.only != "target":
             teacher, _ = load_checkpoint(target_path)
             teacher.requires_grad_(False)
             train_one("draft", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume, teacher,
-                      compile=args.compile, ranks=ranks, overrides=overrides)
+                      compile=args.compile, ranks=ranks, overrides=overrides,
+                      autocast=args.autocast)
         if ranks.writer and (curve := write_curve(state_dir, out_dir)) is not None:
             print(f"loss curve -> {curve}", flush=True)
     except KeyboardInterrupt:
