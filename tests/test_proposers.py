@@ -1,6 +1,7 @@
 """Proposers: the n-gram matcher against a plain loop, its batch and compile behaviour, and the
 row-wise hybrid. (Exactness of decoding with these proposals is the sampler's and the loop's
 job; here the question is whether each proposer proposes what it says it does.)"""
+
 from __future__ import annotations
 
 import pytest
@@ -14,10 +15,12 @@ from sampling import PLACEHOLDER_TOKEN_ID
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def batch(rows: list[list[int]], width: int = 64, fill: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(
+    rows: list[list[int]], width: int = 64, fill: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     tokens = torch.full((len(rows), width), fill, dtype=torch.long)
     for i, row in enumerate(rows):
-        tokens[i, :len(row)] = torch.tensor(row)
+        tokens[i, : len(row)] = torch.tensor(row)
     return tokens, torch.tensor([len(r) for r in rows])
 
 
@@ -27,11 +30,11 @@ def reference(row: list[int], k: int, n_min: int, n_max: int) -> tuple[list[int]
     last = len(row) - 1
     for n in range(min(n_max, last), n_min - 1, -1):
         for end in range(last - 1, n - 2, -1):
-            if row[end - n + 1:end + 1] == row[last - n + 1:]:
+            if row[end - n + 1 : end + 1] == row[last - n + 1 :]:
                 out = list(row)
                 for _ in range(k):  # copy one token at a time: the source may be what we just wrote
                     out.append(out[len(out) - (last - end)])
-                return out[len(row):], n
+                return out[len(row) :], n
     return [PLACEHOLDER_TOKEN_ID] * k, 0
 
 
@@ -61,7 +64,7 @@ def test_only_the_rows_own_tokens_count() -> None:
     """Tokens past seq_len (stale output, padding) and other rows are never matched."""
     row = encode("hello world, hello")
     tokens, seq_len = batch([row, encode(" world, hello world, hello")], width=64)
-    tokens[0, len(row):] = torch.tensor(encode(" there, hello", bos=False) * 4)[:64 - len(row)]
+    tokens[0, len(row) :] = torch.tensor(encode(" there, hello", bos=False) * 4)[: 64 - len(row)]
     p = ngram_propose(tokens, seq_len, 5, n_min=3, n_max=8)
     assert bytes(p.draft_token_ids[0].tolist()) == b" worl"
     alone = ngram_propose(*batch([row], width=32), 5, n_min=3, n_max=8)
@@ -72,8 +75,12 @@ def test_only_the_rows_own_tokens_count() -> None:
 def test_matches_the_plain_loop_on_random_rows(n_min: int, n_max: int) -> None:
     """Small alphabets make many matches of every length, near the start and the end."""
     gen = torch.Generator().manual_seed(n_max)
-    rows = [torch.randint(0, 3 + i % 3, (int(torch.randint(1, 40, (), generator=gen)),), generator=gen).tolist()
-            for i in range(200)]
+    rows = [
+        torch.randint(
+            0, 3 + i % 3, (int(torch.randint(1, 40, (), generator=gen)),), generator=gen
+        ).tolist()
+        for i in range(200)
+    ]
     tokens, seq_len = batch(rows, width=48, fill=1)
     p = ngram_propose(tokens, seq_len, 6, n_min, n_max)
     for i, row in enumerate(rows):
@@ -113,10 +120,16 @@ def test_bad_settings_are_one_line_errors() -> None:
 # The hybrid
 
 
-def proposal(ids: list[list[int]], probs: torch.Tensor | None = None, match: list[int] | None = None) -> Proposal:
+def proposal(
+    ids: list[list[int]], probs: torch.Tensor | None = None, match: list[int] | None = None
+) -> Proposal:
     ids_t = torch.tensor(ids)
-    return Proposal(ids_t, (ids_t != PLACEHOLDER_TOKEN_ID).sum(1), probs,
-                    torch.tensor(match) if match is not None else None)
+    return Proposal(
+        ids_t,
+        (ids_t != PLACEHOLDER_TOKEN_ID).sum(1),
+        probs,
+        torch.tensor(match) if match is not None else None,
+    )
 
 
 def test_hybrid_picks_rows_and_keeps_each_rows_q() -> None:

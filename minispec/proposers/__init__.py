@@ -4,6 +4,7 @@
 - ``SuffixIndex``: the longest match of the recent context in a corpus, most frequent continuation.
 - ``hybrid``: per row, a lookup's proposal where it matched enough context, a fallback's elsewhere.
 """
+
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import Proposal, Proposer, hybrid, one_hot_probs
 

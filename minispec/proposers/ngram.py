@@ -6,6 +6,7 @@ A byte-level model copies long runs (one identifier is many tokens), so this is 
 cost nothing and are often right. No Python loop over rows, no data-dependent shapes: it
 compiles with fullgraph=True into one graph per (B, S, K) and can live inside a compiled round.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,9 @@ from sampling import PLACEHOLDER_TOKEN_ID
 NOT_A_TOKEN = -2  # left padding for the windows: equal to no token id and no placeholder
 
 
-def ngram_propose(tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: int, n_max: int) -> Proposal:
+def ngram_propose(
+    tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: int, n_max: int
+) -> Proposal:
     """tokens [B, S] long (row b holds seq_len[b] tokens), k drafts per matching row.
 
     The match ending at position e (e < seq_len - 1, so at least one token follows it) has
@@ -33,7 +36,8 @@ def ngram_propose(tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: in
     last = seq_len - 1
     padded = torch.cat([tokens.new_full((b, n_max - 1), NOT_A_TOKEN), tokens], 1)
     windows = padded.unfold(1, n_max, 1)  # [B, S, n_max]: windows[b, e] = tokens[b, e-n_max+1 .. e]
-    suffix = windows.gather(1, last[:, None, None].expand(b, 1, n_max))  # the row's last n_max tokens
+    # the row's last n_max tokens, [B, 1, n_max]
+    suffix = windows.gather(1, last[:, None, None].expand(b, 1, n_max))
     # Matching tokens counted backwards from e; the first mismatch ends the run. Padding never
     # matches: a window reaches it only at offset e + 1, where the suffix still has a real token.
     length = (windows == suffix).flip(-1).long().cumprod(-1).sum(-1)  # [B, S]
@@ -46,7 +50,9 @@ def ngram_propose(tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: in
     j = torch.arange(k, device=tokens.device)
     source = (end[:, None] + 1 + j % period[:, None]).clamp(max=s - 1)
     draft_token_ids = torch.where(matched[:, None], tokens.gather(1, source), PLACEHOLDER_TOKEN_ID)
-    return Proposal(draft_token_ids, torch.where(matched, k, 0), None, torch.where(matched, match_length, 0))
+    return Proposal(
+        draft_token_ids, torch.where(matched, k, 0), None, torch.where(matched, match_length, 0)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +64,14 @@ class NgramProposer:
     n_max: int = 16
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.n_min, int) and isinstance(self.n_max, int) and 1 <= self.n_min <= self.n_max):
-            raise ValueError(f"need ints 1 <= n_min <= n_max, got n_min={self.n_min!r}, n_max={self.n_max!r}")
+        if not (
+            isinstance(self.n_min, int)
+            and isinstance(self.n_max, int)
+            and 1 <= self.n_min <= self.n_max
+        ):
+            raise ValueError(
+                f"need ints 1 <= n_min <= n_max, got n_min={self.n_min!r}, n_max={self.n_max!r}"
+            )
 
     def propose(self, tokens: torch.Tensor, seq_len: torch.Tensor, k: int) -> Proposal:
         return ngram_propose(tokens, seq_len, k, self.n_min, self.n_max)

@@ -8,6 +8,7 @@ marks the missing positions with PLACEHOLDER_TOKEN_ID and counts its drafts in
 `num_draft_tokens`: the sampler never accepts past that count, so the round ends there with a
 corrective or bonus token from the target.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
@@ -33,7 +34,9 @@ class Proposer(Protocol):
         ...
 
 
-def one_hot_probs(draft_token_ids: torch.Tensor, vocab_size: int, dtype: torch.dtype) -> torch.Tensor:
+def one_hot_probs(
+    draft_token_ids: torch.Tensor, vocab_size: int, dtype: torch.dtype
+) -> torch.Tensor:
     """The q a deterministic proposer draws from: one-hot at each draft, all zeros at
     placeholders (never tested: the sampler stops at num_draft_tokens)."""
     real = draft_token_ids != PLACEHOLDER_TOKEN_ID
@@ -45,17 +48,25 @@ def hybrid(primary: Proposal, fallback: Proposal, use_primary: torch.Tensor) -> 
     `fallback` elsewhere. Each row keeps its own q, so the mix is exact: where one side is
     deterministic and the other is not, the deterministic rows get their one-hot q explicitly."""
     if primary.draft_token_ids.shape != fallback.draft_token_ids.shape:
-        raise ValueError(f"proposals differ in shape: {tuple(primary.draft_token_ids.shape)} and "
-                         f"{tuple(fallback.draft_token_ids.shape)}")
+        raise ValueError(
+            f"proposals differ in shape: {tuple(primary.draft_token_ids.shape)} and "
+            f"{tuple(fallback.draft_token_ids.shape)}"
+        )
     row = use_primary[:, None]
     ids = torch.where(row, primary.draft_token_ids, fallback.draft_token_ids)
     num = torch.where(use_primary, primary.num_draft_tokens, fallback.num_draft_tokens)
     probs = None
     if primary.draft_probs is not None or fallback.draft_probs is not None:
         given = primary.draft_probs if primary.draft_probs is not None else fallback.draft_probs
-        q = [p.draft_probs if p.draft_probs is not None
-             else one_hot_probs(p.draft_token_ids, given.shape[-1], given.dtype) for p in (primary, fallback)]
+        q = [
+            p.draft_probs
+            if p.draft_probs is not None
+            else one_hot_probs(p.draft_token_ids, given.shape[-1], given.dtype)
+            for p in (primary, fallback)
+        ]
         probs = torch.where(row[..., None], q[0], q[1])
-    match = [p.match_length if p.match_length is not None else torch.zeros_like(num)
-             for p in (primary, fallback)]
+    match = [
+        p.match_length if p.match_length is not None else torch.zeros_like(num)
+        for p in (primary, fallback)
+    ]
     return Proposal(ids, num, probs, torch.where(use_primary, match[0], match[1]))
