@@ -1,15 +1,20 @@
-"""Proposers: the n-gram matcher against a plain loop, its batch and compile behaviour, and the
-row-wise hybrid. (Exactness of decoding with these proposals is the sampler's and the loop's
-job; here the question is whether each proposer proposes what it says it does.)"""
+"""Proposers: the n-gram matcher against a plain loop, its batch and compile behaviour, the
+row-wise hybrid, and the suffix index against a brute-force search. (Exactness of decoding with
+these proposals is the sampler's and the loop's job; here the question is whether each proposer
+proposes what it says it does.)"""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import pytest
 import torch
 
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.proposers import NgramProposer, Proposal, hybrid, ngram_propose, one_hot_probs
-from model.tokenizer import encode
+from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex
+from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode
 from sampling import PLACEHOLDER_TOKEN_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -149,3 +154,82 @@ def test_hybrid_picks_rows_and_keeps_each_rows_q() -> None:
 def test_hybrid_refuses_mismatched_widths() -> None:
     with pytest.raises(ValueError, match="differ in shape"):
         hybrid(proposal([[1, 2]]), proposal([[1, 2, 3]]), torch.tensor([True]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The suffix index
+
+
+def brute_force(corpus: list[int], context: list[int], k: int) -> tuple[int, list[int]]:
+    """Longest suffix of the context (up to DEPTH) found in the corpus, then the greedy path:
+    at each step the most frequent next token (the smallest among equals) among the
+    occurrences that agree so far. Past the corpus end the last token repeats, as in the index."""
+    for m in range(min(DEPTH, len(context)), 0, -1):
+        ends = [e for e in range(m - 1, len(corpus)) if corpus[e - m + 1 : e + 1] == context[-m:]]
+        if ends:
+            break
+    else:
+        return 0, []
+    follow = [[corpus[min(e + 1 + j, len(corpus) - 1)] for j in range(k)] for e in ends]
+    path = []
+    for j in range(k):
+        counts = Counter(f[j] for f in follow)
+        best = max(sorted(counts), key=lambda v: counts[v])
+        path.append(best)
+        follow = [f for f in follow if f[j] == best]
+    return m, path
+
+
+def test_suffix_index_matches_brute_force_on_random_corpora() -> None:
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(6):
+        alphabet = 2 + trial
+        corpus = torch.randint(0, alphabet, (300,), generator=gen).tolist()
+        index = SuffixIndex.build(np.array(corpus), min_match=1)
+        for _ in range(40):
+            context = torch.randint(0, alphabet, (20,), generator=gen).tolist()
+            m, path = brute_force(corpus, context, 5)
+            length, lo, hi = index.longest_match(np.array(context))
+            assert length == m and hi - lo == sum(
+                corpus[e - m + 1 : e + 1] == context[-m:] for e in range(m - 1, len(corpus))
+            )
+            if hi - lo <= SAMPLE:  # every occurrence read: exactly the most frequent path
+                assert index.continuation(lo, hi, 5).tolist() == path
+
+
+def test_suffix_index_proposes_per_row_with_document_boundaries() -> None:
+    docs = [
+        "import os\nimport sys\n",
+        "import os\nimport re\n",
+        "import os\nimport sys\n",
+        "pass\n",
+    ]
+    corpus = [t for d in docs for t in [*encode(d), EOS_TOKEN_ID]]
+    index = SuffixIndex.build(torch.tensor(corpus, dtype=torch.int16))
+    rows = [encode("import os\nimp"), encode("zzzz"), encode("x = 1\nimport sys\n")]
+    tokens, seq_len = batch(rows)
+    p = index.propose(tokens, seq_len, 6)
+    assert bytes(p.draft_token_ids[0].tolist()) == b"ort sy"  # sys (twice) beats re (once)
+    assert p.draft_token_ids[1].tolist() == [PLACEHOLDER_TOKEN_ID] * 6  # no match of >= 4 tokens
+    assert p.draft_token_ids[2].tolist() == [EOS_TOKEN_ID, BOS_TOKEN_ID, *encode("impo", bos=False)]
+    # Row 0 matched from its BOS on (14 tokens); row 2 "\nimport sys\n" (12), followed by
+    # EOS BOS and then "import" and "pass" once each: the tie goes to the smaller byte.
+    assert p.num_draft_tokens.tolist() == [6, 0, 6] and p.match_length.tolist() == [14, 0, 12]
+    assert p.draft_probs is None
+
+
+def test_suffix_index_survives_save_and_load(tmp_path) -> None:
+    index = SuffixIndex.build(np.array(encode("abcabdabcabe" * 5)))
+    index.save(tmp_path / "index.npz")
+    loaded = SuffixIndex.load(tmp_path / "index.npz")
+    assert np.array_equal(loaded.order, index.order)
+    assert all(np.array_equal(a, b) for a, b in zip(loaded.keys, index.keys))
+
+
+def test_suffix_index_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="254 or 255"):
+        SuffixIndex.build(np.array([1, 2, 255]))
+    with pytest.raises(ValueError, match="non-empty"):
+        SuffixIndex.build(np.array([], dtype=np.int64))
+    with pytest.raises(ValueError, match="min_match"):
+        SuffixIndex.build(np.array([1, 2, 3]), min_match=0)

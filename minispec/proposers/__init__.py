@@ -7,5 +7,7 @@
 
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import Proposal, Proposer, hybrid, one_hot_probs
+from minispec.proposers.suffix import SuffixIndex
 
-__all__ = ["NgramProposer", "Proposal", "Proposer", "hybrid", "ngram_propose", "one_hot_probs"]
+__all__ = ["NgramProposer", "Proposal", "Proposer", "SuffixIndex", "hybrid", "ngram_propose",
+           "one_hot_probs"]
