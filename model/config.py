@@ -52,7 +52,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.n_head={self.n_head} must be a multiple of "
                              f"n_kv_head={self.n_kv_head}")
         if not isinstance(self.tie_embeddings, bool):
-            raise ValueError(f"GPTConfig.tie_embeddings must be a bool, got {self.tie_embeddings!r}")
+            raise ValueError(f"GPTConfig.tie_embeddings must be a bool, "
+                             f"got {self.tie_embeddings!r}")
 
     @property
     def head_dim(self) -> int:

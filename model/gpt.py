@@ -22,7 +22,7 @@ from model.config import GPTConfig
 
 
 class KVCache(nn.Module):
-    """Preallocated keys and values, [batch, kv heads, max_seq_len, head_dim]: shapes never change."""
+    """Preallocated keys and values, [batch, kv heads, max_seq_len, head_dim]: static shapes."""
 
     def __init__(self, batch_size: int, n_head: int, max_seq_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device) -> None:
@@ -56,7 +56,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = config.head_dim
         # Rows: the n_head query heads, then n_kv_head key heads, then n_kv_head value heads.
         kv_dim = config.n_kv_head * config.head_dim
         self.qkv_split = (config.d_model, kv_dim, kv_dim)
@@ -68,7 +69,7 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2)
                    for t in self.wqkv(x).split(self.qkv_split, -1))
-        gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a group of queries
+        gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.kv_cache is None:
             # Training / full recompute: plain causal attention over the T tokens given.
@@ -147,8 +148,9 @@ class GPT(nn.Module):
                 and cache.k.device == p.device:
             return
         for block in self.blocks:
-            block.attn.kv_cache = KVCache(batch_size, self.config.n_kv_head, self.config.max_seq_len,
-                                          self.config.head_dim, p.dtype, p.device)
+            block.attn.kv_cache = KVCache(batch_size, self.config.n_kv_head,
+                                          self.config.max_seq_len, self.config.head_dim,
+                                          p.dtype, p.device)
 
     def drop_cache(self) -> None:
         """Back to cache-free causal attention (training, full recompute)."""

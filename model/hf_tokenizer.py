@@ -7,6 +7,7 @@ character, whose id is b; BOS and EOS are special tokens 256 and 257, and a temp
 first. transformers' AutoTokenizer, and so vLLM and SGLang, then encode text to exactly
 model.tokenizer.encode's ids.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,28 +40,36 @@ def byte_tokenizer_files(model_max_length: int) -> dict[str, bytes]:
     try:
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     except ImportError:
-        raise ValueError("writing tokenizer files needs the tokenizers package: "
-                         "pip install 'minispec[peer]'") from None
+        raise ValueError(
+            "writing tokenizer files needs the tokenizers package: pip install 'minispec[peer]'"
+        ) from None
     vocab = {char: b for b, char in byte_to_char().items()}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     # use_regex=False: no splitting into words, so nothing (spaces included) is merged or moved.
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(SPECIAL_TOKENS[i], special=True) for i in sorted(SPECIAL_TOKENS)])
+    tok.add_special_tokens(
+        [AddedToken(SPECIAL_TOKENS[i], special=True) for i in sorted(SPECIAL_TOKENS)]
+    )
     bos = SPECIAL_TOKENS[tokenizer.BOS_TOKEN_ID]
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tokenizer.BOS_TOKEN_ID)])
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tokenizer.BOS_TOKEN_ID)]
+    )
     names = {"bos_token": bos, "eos_token": SPECIAL_TOKENS[tokenizer.EOS_TOKEN_ID]}
     config = {
-        "tokenizer_class": "PreTrainedTokenizerFast", **names,
-        "pad_token": names["eos_token"], "model_max_length": model_max_length,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **names,
+        "pad_token": names["eos_token"],
+        "model_max_length": model_max_length,
         # "<s>" typed in a prompt is three bytes, as model.tokenizer.encode makes it, not BOS.
         "split_special_tokens": True,
         "clean_up_tokenization_spaces": False,  # decode must give back the exact text
     }
-    return {"tokenizer.json": tok.to_str().encode(),
-            "tokenizer_config.json": json.dumps(config, indent=2).encode(),
-            "special_tokens_map.json": json.dumps(names, indent=2).encode()}
+    return {
+        "tokenizer.json": tok.to_str().encode(),
+        "tokenizer_config.json": json.dumps(config, indent=2).encode(),
+        "special_tokens_map.json": json.dumps(names, indent=2).encode(),
+    }
 
 
 def _read_spec(folder: Path) -> dict | None:
@@ -72,10 +81,15 @@ def is_byte_tokenizer(spec: dict) -> bool:
     """Whether a tokenizer.json is the byte tokenizer (as byte_tokenizer_files writes it)."""
     model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
     added = {t.get("id"): t.get("content") for t in spec.get("added_tokens") or []}
-    return (model.get("type") == "BPE" and not model.get("merges")
-            and model.get("vocab") == {c: b for b, c in byte_to_char().items()}
-            and pre.get("type") == "ByteLevel" and not pre.get("use_regex", True)
-            and not pre.get("add_prefix_space", True) and added == SPECIAL_TOKENS)
+    return (
+        model.get("type") == "BPE"
+        and not model.get("merges")
+        and model.get("vocab") == {c: b for b, c in byte_to_char().items()}
+        and pre.get("type") == "ByteLevel"
+        and not pre.get("use_regex", True)
+        and not pre.get("add_prefix_space", True)
+        and added == SPECIAL_TOKENS
+    )
 
 
 def identity(folder: str | Path) -> str:
@@ -99,8 +113,10 @@ class FolderTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise ValueError(f"{folder} has its own tokenizer, which needs the tokenizers "
-                             f"package: pip install 'minispec[peer]'") from None
+            raise ValueError(
+                f"{folder} has its own tokenizer, which needs the tokenizers "
+                f"package: pip install 'minispec[peer]'"
+            ) from None
         self.backend = Tokenizer.from_str(json.dumps(spec))
         config_path = folder / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}

@@ -11,6 +11,7 @@
 The chi-square tests here share a false-alarm budget of 1e-6 (seeds fixed: the outcome is
 deterministic, the rate says how unlucky a seed choice would have to be).
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,9 +48,15 @@ def hf_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
         return model(ids).logits.float()
 
 
-def minispec_greedy(target: GPT, draft: GPT, prompts: list[list[int]], k: int, n: int) -> list[list[int]]:
+def minispec_greedy(
+    target: GPT, draft: GPT, prompts: list[list[int]], k: int, n: int
+) -> list[list[int]]:
     params = [SamplingParams(temperature=0.0, max_new_tokens=n) for _ in prompts]
-    return SpeculativeDecoder(target, draft, compile=False).generate(prompts, params, SpeculativeConfig(k)).token_ids
+    return (
+        SpeculativeDecoder(target, draft, compile=False)
+        .generate(prompts, params, SpeculativeConfig(k))
+        .token_ids
+    )
 
 
 def assisted_config(draft: torch.nn.Module, k: int) -> None:
@@ -60,14 +67,23 @@ def assisted_config(draft: torch.nn.Module, k: int) -> None:
     draft.generation_config.assistant_confidence_threshold = 0.0
 
 
-def hf_greedy(target: torch.nn.Module, prompt: list[int], n: int, draft: torch.nn.Module | None = None) -> list[int]:
+def hf_greedy(
+    target: torch.nn.Module, prompt: list[int], n: int, draft: torch.nn.Module | None = None
+) -> list[int]:
     ids = torch.tensor([prompt])
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                          assistant_model=draft, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    out = target.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=n,
+        do_sample=False,
+        assistant_model=draft,
+        pad_token_id=0,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 # ---- export -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def shipped_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[GPT, GPT, Path]:
@@ -81,8 +97,14 @@ def shipped_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[GPT, GPT, 
 def test_export_writes_a_hugging_face_folder(shipped_export: tuple[GPT, GPT, Path]) -> None:
     target, _, out = shipped_export
     names = {p.name for p in (out / "target").iterdir()}
-    assert names == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                     "tokenizer_config.json", "special_tokens_map.json"}
+    assert names == {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    }
     config = json.loads((out / "target" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"] is True
     assert (config["bos_token_id"], config["eos_token_id"]) == (256, 257)
@@ -106,16 +128,22 @@ def test_shipped_pair_logits_match_transformers(shipped_export: tuple[GPT, GPT, 
     differ from a float64 reference by up to 1.8e-4, minispec's by 3e-5. With transformers'
     angles swapped in, the two agree to 1e-5 (measured: bit for bit)."""
     target, draft, out = shipped_export
-    ids = torch.tensor([tokenizer.encode(Path(__file__).read_text())[:target.config.max_seq_len]])
+    ids = torch.tensor([tokenizer.encode(Path(__file__).read_text())[: target.config.max_seq_len]])
     for model, role in ((target, "target"), (draft, "draft")):
-        theirs = hf_logits(AutoModelForCausalLM.from_pretrained(out / role, dtype=torch.float32).eval(), ids)
+        theirs = hf_logits(
+            AutoModelForCausalLM.from_pretrained(out / role, dtype=torch.float32).eval(), ids
+        )
         with torch.no_grad():
-            torch.testing.assert_close(theirs, with_float32_rope_angles(model)(ids), rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                theirs, with_float32_rope_angles(model)(ids), rtol=0, atol=1e-5
+            )
             torch.testing.assert_close(theirs, model(ids), rtol=0, atol=5e-4)
             torch.testing.assert_close(theirs[:, :128], model(ids)[:, :128], rtol=0, atol=1e-4)
 
 
-def test_shipped_pair_greedy_and_assisted_generation_match(shipped_export: tuple[GPT, GPT, Path]) -> None:
+def test_shipped_pair_greedy_and_assisted_generation_match(
+    shipped_export: tuple[GPT, GPT, Path],
+) -> None:
     """float32: equal token for token here; a near-tie between two logits could in principle
     differ between implementations (the README's float32 caveat)."""
     target, draft, out = shipped_export
@@ -131,10 +159,23 @@ def test_shipped_pair_greedy_and_assisted_generation_match(shipped_export: tuple
 
 
 @pytest.mark.parametrize("n_kv_head,tie", [(4, True), (2, False)])
-def test_tiny_random_export_logits_and_round_trip(tmp_path: Path, n_kv_head: int, tie: bool) -> None:
+def test_tiny_random_export_logits_and_round_trip(
+    tmp_path: Path, n_kv_head: int, tie: bool
+) -> None:
     torch.manual_seed(n_kv_head)
-    model = GPT(GPTConfig(n_layer=2, n_head=4, n_kv_head=n_kv_head, d_model=32, mlp_hidden=64,
-                          max_seq_len=48, rope_theta=500.0, norm_eps=1e-6, tie_embeddings=tie)).eval()
+    model = GPT(
+        GPTConfig(
+            n_layer=2,
+            n_head=4,
+            n_kv_head=n_kv_head,
+            d_model=32,
+            mlp_hidden=64,
+            max_seq_len=48,
+            rope_theta=500.0,
+            norm_eps=1e-6,
+            tie_embeddings=tie,
+        )
+    ).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -162,13 +203,16 @@ def test_shipped_pair_round_trip_is_bit_identical(tmp_path: Path) -> None:
             assert torch.equal(tensor, back.state_dict()[name]), name
 
 
-def test_exported_model_pairs_with_a_minispec_checkpoint(shipped_export: tuple[GPT, GPT, Path]) -> None:
+def test_exported_model_pairs_with_a_minispec_checkpoint(
+    shipped_export: tuple[GPT, GPT, Path],
+) -> None:
     _, _, out = shipped_export
     target, draft = load_pair(out / "target", SHIPPED[1])
     assert target.config.vocab_size == draft.config.vocab_size == tokenizer.VOCAB_SIZE
 
 
 # ---- tokenizer --------------------------------------------------------------------------------
+
 
 def test_byte_table_is_the_byte_level_alphabet() -> None:
     table = hf_tokenizer.byte_to_char()
@@ -193,11 +237,15 @@ def test_folder_tokenizer_for_a_non_byte_vocabulary(tmp_path: Path) -> None:
     """A folder whose tokenizer is not the byte one is read through the tokenizers library:
     here bytes plus one merge ("ab" = 256), BOS 257 first, EOS 258."""
     table = hf_tokenizer.byte_to_char()
-    tok = Tokenizer(models.BPE(vocab={**{c: b for b, c in table.items()}, "ab": 256}, merges=[("a", "b")]))
+    tok = Tokenizer(
+        models.BPE(vocab={**{c: b for b, c in table.items()}, "ab": 256}, merges=[("a", "b")])
+    )
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken("<s>", special=True), AddedToken("</s>", special=True)])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 257)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 257)]
+    )
     tok.save(str(tmp_path / "tokenizer.json"))
     loaded = hf_tokenizer.load_tokenizer(tmp_path)
     assert loaded.encode("abc</s>") == [257, 256, ord("c"), 258]  # without split_special_tokens
@@ -210,13 +258,33 @@ def test_folder_tokenizer_for_a_non_byte_vocabulary(tmp_path: Path) -> None:
 
 # ---- import -----------------------------------------------------------------------------------
 
-def random_llama(vocab: int, heads: int, kv_heads: int, head_dim: int, tie: bool, seed: int,
-                 layers: int = 2, scale: float = 1.0) -> LlamaForCausalLM:
+
+def random_llama(
+    vocab: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    tie: bool,
+    seed: int,
+    layers: int = 2,
+    scale: float = 1.0,
+) -> LlamaForCausalLM:
     """A LlamaForCausalLM with weights ~ N(0, scale^2 / fan_in) and norm weights in [0.5, 1.5]."""
-    config = LlamaConfig(vocab_size=vocab, hidden_size=heads * head_dim, intermediate_size=3 * head_dim,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=64, rope_theta=1000.0 + seed, rms_norm_eps=1e-5,
-                         tie_word_embeddings=tie, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=heads * head_dim,
+        intermediate_size=3 * head_dim,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=64,
+        rope_theta=1000.0 + seed,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=tie,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -232,11 +300,17 @@ HEAD_SHAPES = [(4, 2, 8, False), (6, 2, 4, True), (2, 1, 16, False), (3, 3, 6, T
 
 
 @pytest.mark.parametrize("heads,kv_heads,head_dim,tie", HEAD_SHAPES)
-def test_import_matches_transformers(tmp_path: Path, heads: int, kv_heads: int, head_dim: int, tie: bool) -> None:
+def test_import_matches_transformers(
+    tmp_path: Path, heads: int, kv_heads: int, head_dim: int, tie: bool
+) -> None:
     theirs = random_llama(64, heads, kv_heads, head_dim, tie, seed=heads)
     theirs.save_pretrained(tmp_path)
     ours, meta = load_checkpoint(tmp_path)
-    assert (ours.config.n_head, ours.config.n_kv_head, ours.config.head_dim) == (heads, kv_heads, head_dim)
+    assert (ours.config.n_head, ours.config.n_kv_head, ours.config.head_dim) == (
+        heads,
+        kv_heads,
+        head_dim,
+    )
     assert ours.config.tie_embeddings == tie and meta["tokenizer"] == json.dumps({"kind": "none"})
     ids = torch.randint(0, 64, (2, 64), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -263,30 +337,40 @@ def imported_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[GPT, GPT]:
     with torch.no_grad():
         for p in target.parameters():  # the draft: sqrt(1 - mix^2) W + mix N, mix 0.15
             if p.dim() == 2:
-                p.mul_((1 - 0.15 ** 2) ** 0.5).add_(0.15 * p.std() * torch.randn(p.shape, generator=generator))
+                p.mul_((1 - 0.15**2) ** 0.5).add_(
+                    0.15 * p.std() * torch.randn(p.shape, generator=generator)
+                )
     target.save_pretrained(d / "draft")
     return load_pair(d / "target", d / "draft")
 
 
 def law_p_value(pair: tuple[GPT, GPT], spec: SpeculativeConfig, seed_base: int) -> float:
     prompts = [list(p) for _ in range(ROWS) for p in LAW_PROMPTS]
-    params = [SamplingParams(1.0, seed=seed_base + i, max_new_tokens=NEW_TOKENS) for i in range(len(prompts))]
+    params = [
+        SamplingParams(1.0, seed=seed_base + i, max_new_tokens=NEW_TOKENS)
+        for i in range(len(prompts))
+    ]
     out = SpeculativeDecoder(*pair, compile=False).generate(prompts, params, spec).token_ids
     stat, df = 0.0, 0
     for g, prompt in enumerate(LAW_PROMPTS):
-        counts = Counter(tuple(t) for t in out[g::len(LAW_PROMPTS)])
+        counts = Counter(tuple(t) for t in out[g :: len(LAW_PROMPTS)])
         s, d = chi_square(counts, sequence_law(pair[0], list(prompt), NEW_TOKENS))
         stat, df = stat + s, df + d
     return chi_square_sf(stat, df)
 
 
 def test_imported_pair_samples_the_target_law(imported_pair: tuple[GPT, GPT]) -> None:
-    assert law_p_value(imported_pair, SpeculativeConfig(3, "probabilistic"), seed_base=0) > FALSE_ALARM
+    assert (
+        law_p_value(imported_pair, SpeculativeConfig(3, "probabilistic"), seed_base=0) > FALSE_ALARM
+    )
 
 
 def test_naive_rule_fails_on_the_imported_pair(imported_pair: tuple[GPT, GPT]) -> None:
     """Power: the same test rejects resampling from p after a rejection."""
-    assert law_p_value(imported_pair, SpeculativeConfig(1, "greedy", "naive"), seed_base=10**6) < FALSE_ALARM
+    assert (
+        law_p_value(imported_pair, SpeculativeConfig(1, "greedy", "naive"), seed_base=10**6)
+        < FALSE_ALARM
+    )
 
 
 # ---- unsupported features and bad folders ------------------------------------------------------
@@ -294,11 +378,17 @@ def test_naive_rule_fails_on_the_imported_pair(imported_pair: tuple[GPT, GPT]) -
 # (what the error names, the config.json change): transformers 4's and 5's rope scaling forms.
 UNSUPPORTED = [
     ("rope scaling", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
-    ("rope scaling", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}}),
+    (
+        "rope scaling",
+        {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
+    ),
     ("attention_bias", {"attention_bias": True}),
     ("mlp_bias", {"mlp_bias": True}),
     ("hidden_act 'gelu'", {"hidden_act": "gelu"}),
-    ("architecture ['MistralForCausalLM']", {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}),
+    (
+        "architecture ['MistralForCausalLM']",
+        {"architectures": ["MistralForCausalLM"], "model_type": "mistral"},
+    ),
     ("head_dim 16", {"head_dim": 16}),
     ("quantization_config", {"quantization_config": {"quant_method": "gptq"}}),
     ("partial_rotary_factor", {"partial_rotary_factor": 0.5}),
@@ -315,17 +405,24 @@ def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def with_config(src: Path, dst: Path, **changes) -> Path:
     dst.mkdir()
     (dst / "model.safetensors").symlink_to(src / "model.safetensors")
-    (dst / "config.json").write_text(json.dumps({**json.loads((src / "config.json").read_text()), **changes}))
+    (dst / "config.json").write_text(
+        json.dumps({**json.loads((src / "config.json").read_text()), **changes})
+    )
     return dst
 
 
 @pytest.mark.parametrize("feature,changes", UNSUPPORTED)
-def test_unsupported_feature_is_one_error(llama_folder: Path, tmp_path: Path, feature: str, changes: dict,
-                                          capsys: pytest.CaptureFixture) -> None:
+def test_unsupported_feature_is_one_error(
+    llama_folder: Path, tmp_path: Path, feature: str, changes: dict, capsys: pytest.CaptureFixture
+) -> None:
     folder = with_config(llama_folder, tmp_path / "m", **changes)
-    with pytest.raises(CheckpointError, match=re.escape(f"unsupported Hugging Face feature: {feature}")):
+    with pytest.raises(
+        CheckpointError, match=re.escape(f"unsupported Hugging Face feature: {feature}")
+    ):
         load_checkpoint(folder)
-    assert main(["decode", "--target", str(folder), "--draft", str(llama_folder), "--no-compile"]) == 2
+    assert (
+        main(["decode", "--target", str(folder), "--draft", str(llama_folder), "--no-compile"]) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and feature in err
 
@@ -354,7 +451,10 @@ def test_pair_vocabularies_must_match(llama_folder: Path, tmp_path: Path) -> Non
 
 # ---- atomic writes and old configs -------------------------------------------------------------
 
-def test_interrupted_export_keeps_the_old_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_interrupted_export_keeps_the_old_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = random_gpt(tokenizer.VOCAB_SIZE, seed=0)
     hf.export_folder(model, tmp_path / "m")
     before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
@@ -384,8 +484,10 @@ def test_export_refuses_to_replace_other_folders(tmp_path: Path) -> None:
 
 
 def test_configs_written_before_gqa_load_as_multi_head() -> None:
-    old = '{"d_model": 64, "max_seq_len": 64, "mlp_hidden": 128, "n_head": 4, "n_layer": 1, ' \
-          '"norm_eps": 1e-05, "rope_theta": 10000.0, "vocab_size": 258}'
+    old = (
+        '{"d_model": 64, "max_seq_len": 64, "mlp_hidden": 128, "n_head": 4, "n_layer": 1, '
+        '"norm_eps": 1e-05, "rope_theta": 10000.0, "vocab_size": 258}'
+    )
     config = GPTConfig.from_json(old)
     assert config.n_kv_head == 4 and config.tie_embeddings is True
     assert GPTConfig.from_json(config.to_json()) == config

@@ -6,6 +6,7 @@ Writes OUT_DIR/target/ and OUT_DIR/draft/, each with config.json (LlamaForCausal
 generation_config.json, model.safetensors and the byte tokenizer's files, which transformers,
 vLLM and SGLang load as they are. Each folder is replaced whole or not at all.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,12 +19,18 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def main(argv: list[str]) -> int:
-    p = OneLineParser(prog="minispec export", description="Export the pair as Hugging Face folders.")
+    p = OneLineParser(
+        prog="minispec export", description="Export the pair as Hugging Face folders."
+    )
     p.add_argument("out_dir", help="writes OUT_DIR/target and OUT_DIR/draft")
     p.add_argument("--target", default=None, help="target checkpoint (default: the shipped one)")
     p.add_argument("--draft", default=None, help="draft checkpoint (default: the shipped one)")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
-                   help="weights' dtype in model.safetensors (default float32)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="weights' dtype in model.safetensors (default float32)",
+    )
     args = p.parse_args(argv)
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
     from model.checkpoint import load_pair
