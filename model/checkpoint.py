@@ -23,7 +23,7 @@ from model.config import GPTConfig
 from model.gpt import GPT
 
 FORMAT = "minispec-gpt-v1"
-TIED_KEY = "lm_head.weight"  # shares memory with embed.weight: stored once, re-tied on load
+TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 
 
 class CheckpointError(ValueError):
@@ -61,8 +61,9 @@ def save_checkpoint(path: str | Path, model: GPT, metadata: dict[str, str] | Non
     # A torch.compile wrapper's keys carry an `_orig_mod.` prefix that would make the file
     # unloadable: save the module it wraps.
     model = getattr(model, "_orig_mod", model)
+    tied = model.config.tie_embeddings
     tensors = {k: (v.to(dtype) if dtype is not None else v).detach().cpu().contiguous()
-               for k, v in model.state_dict().items() if k != TIED_KEY}
+               for k, v in model.state_dict().items() if not (tied and k == TIED_KEY)}
     tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta.update(format=FORMAT, config=model.config.to_json(),
@@ -103,14 +104,22 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32) -> tuple[GPT, dict[str, str]]:
-    """Build the model a checkpoint describes and load its weights (cast to `dtype`)."""
+    """Build the model a checkpoint describes and load its weights (cast to `dtype`).
+
+    `path` is a minispec .safetensors file, or a Hugging Face Llama folder (with config.json).
+    """
+    if Path(path).is_dir():
+        from model.hf import load_hf_folder  # deferred: model.hf imports this module
+
+        return load_hf_folder(path, device, dtype)
     tensors, meta = read_checkpoint(path)
     try:
         config = GPTConfig.from_json(meta.get("config", ""))
     except ValueError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     model = GPT(config)
-    expected = {k: v.shape for k, v in model.state_dict().items() if k != TIED_KEY}
+    tied = config.tie_embeddings
+    expected = {k: v.shape for k, v in model.state_dict().items() if not (tied and k == TIED_KEY)}
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     missing, unexpected = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
     if missing or unexpected:
@@ -119,7 +128,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
         if weights[k].shape != shape:
             raise CheckpointError(f"{path}: shape mismatch for {k}: file has {tuple(weights[k].shape)}, "
                                   f"config expects {tuple(shape)}")
-    weights[TIED_KEY] = weights["embed.weight"]
+    if tied:
+        weights[TIED_KEY] = weights["embed.weight"]
     model.load_state_dict({k: v.to(dtype) for k, v in weights.items()})
     return model.to(device=device, dtype=dtype).eval(), meta
 

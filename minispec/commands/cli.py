@@ -165,6 +165,7 @@ def run_decode(argv: list[str]) -> int:
 
 # Each command but decode lives in its own module, imported on demand so `--help` stays instant.
 COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench", "bench-sampler": "minispec.commands.bench_sampler",
+            "export": "minispec.commands.export",
             "kernels": "minispec.commands.kernels", "verify": "minispec.commands.verify"}
 
 
