@@ -30,8 +30,10 @@ decode: $(STAMP)  ## speculative decoding with the shipped pair on a default pro
 test: $(STAMP)  ## run the test suite (CPU, < 10 min cold)
 	$(PY) -m pytest -q $(ARGS)
 
-train: $(STAMP)  ## train the target, then the distilled draft (default CPU preset)
-	$(PY) -m minispec train $(ARGS)
+# `make train` runs one process; `make train NPROC=2` runs the same command under torchrun
+# (DistributedDataParallel: gloo on CPU, nccl on CUDA), e.g. make train NPROC=4 ARGS='--preset gpu'.
+train: $(STAMP)  ## train the target, then the distilled draft (NPROC=N: N processes under torchrun)
+	$(if $(NPROC),$(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC),$(PY)) -m minispec train $(ARGS)
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
 	$(PY) -m minispec bench $(ARGS)

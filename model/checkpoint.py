@@ -25,7 +25,7 @@ from model.config import GPTConfig
 from model.gpt import GPT
 
 FORMAT = "minispec-gpt-v1"
-TIED_KEY = "lm_head.weight"  # shares memory with embed.weight: stored once, re-tied on load
+TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
 
 
@@ -91,8 +91,9 @@ def save_checkpoint(path: str | Path, model: GPT, metadata: dict[str, str] | Non
     # A torch.compile wrapper's keys carry an `_orig_mod.` prefix that would make the file
     # unloadable: save the module it wraps.
     model = getattr(model, "_orig_mod", model)
+    tied = model.config.tie_embeddings
     tensors = {k: (v.to(dtype) if dtype is not None else v).detach().cpu().contiguous()
-               for k, v in model.state_dict().items() if k != TIED_KEY}
+               for k, v in model.state_dict().items() if not (tied and k == TIED_KEY)}
     tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta.update(format=FORMAT, config=model.config.to_json(),
@@ -157,9 +158,29 @@ def check_tokenizer(path: Path, meta: dict[str, str], config: GPTConfig) -> None
                               f"{expected['kind']} tokenizer's {expected['vocab_size']} ids")
 
 
+def cast_finite(path: str | Path, weights: dict[str, torch.Tensor],
+                dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """`weights` cast to `dtype`. NaN or inf weights, in the file or made by the cast, decode
+    to garbage (only NUL bytes) with exit code 0: they are an error that names the tensor."""
+    cast = {k: v.to(dtype) for k, v in weights.items()}
+    for k, v in cast.items():
+        if not torch.isfinite(v).all():
+            overflow = bool(torch.isfinite(weights[k]).all())
+            found = f"values beyond {dtype}'s range" if overflow else "NaN or inf"
+            raise CheckpointError(f"{path}: tensor {k} has {found}")
+    return cast
+
+
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
                     dtype: torch.dtype = torch.float32) -> tuple[GPT, dict[str, str]]:
-    """Build the model a checkpoint describes and load its weights (cast to `dtype`)."""
+    """Build the model a checkpoint describes and load its weights (cast to `dtype`).
+
+    `path` is a minispec .safetensors file, or a Hugging Face Llama folder (with config.json).
+    """
+    if Path(path).is_dir():
+        from model.hf import load_hf_folder  # deferred: model.hf imports this module
+
+        return load_hf_folder(path, device, dtype)
     tensors, meta = read_checkpoint(path)
     try:
         config = GPTConfig.from_json(meta.get("config", ""))
@@ -168,8 +189,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
     check_tokenizer(Path(path), meta, config)
     # The shapes the config implies, from a model on the meta device (no memory): a config that
     # disagrees with the file is reported before it can ask for terabytes.
+    tied = config.tie_embeddings
     with torch.device("meta"):
-        expected = {k: v.shape for k, v in GPT(config).state_dict().items() if k != TIED_KEY}
+        expected = {k: v.shape for k, v in GPT(config).state_dict().items()
+                    if not (tied and k == TIED_KEY)}
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     missing, unexpected = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
     if missing or unexpected:
@@ -178,16 +201,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
         if weights[k].shape != shape:
             raise CheckpointError(f"{path}: shape mismatch for {k}: file has {tuple(weights[k].shape)}, "
                                   f"config expects {tuple(shape)}")
-    weights = {k: v.to(dtype) for k, v in weights.items()}
-    for k, v in weights.items():
-        # NaN or inf weights decode to garbage (only NUL bytes) with exit code 0: refuse them.
-        if not torch.isfinite(v).all():
-            overflow = bool(torch.isfinite(tensors[k]).all())
-            found = f"values beyond {dtype}'s range" if overflow else "NaN or inf"
-            raise CheckpointError(f"{path}: tensor {k} has {found}")
-    weights[TIED_KEY] = weights["embed.weight"]
+    if tied:
+        weights[TIED_KEY] = weights["embed.weight"]
     model = GPT(config)
-    model.load_state_dict(weights)
+    model.load_state_dict(cast_finite(path, weights, dtype))
     return model.to(device=device, dtype=dtype).eval(), meta
 
 

@@ -32,11 +32,20 @@ class GPTConfig:
     max_seq_len: int = 512
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    # Grouped-query attention (Ainslie et al. 2023): n_head query heads share n_kv_head key/value
+    # heads, which shrinks the KV cache. None means n_head (plain multi-head attention), so the
+    # JSON configs of checkpoints written before this field existed load unchanged.
+    n_kv_head: int | None = None
+    # The shipped pair ties the output head to the embedding; many imported models do not.
+    tie_embeddings: bool = True
 
     def __post_init__(self) -> None:
+        if self.n_kv_head is None:
+            object.__setattr__(self, "n_kv_head", self.n_head)  # frozen: set once, here
         # Checked here, not where they are used, so that a checkpoint's config that does not make
         # sense fails as one ValueError at load time. bool is an int subclass: JSON `true` is not a size.
-        for name in ("vocab_size", "n_layer", "n_head", "d_model", "mlp_hidden", "max_seq_len"):
+        for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "mlp_hidden",
+                     "max_seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
@@ -49,6 +58,12 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name} must be a positive finite number, got {value!r}")
         if self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
             raise ValueError(f"GPTConfig.d_model={self.d_model} must split into n_head={self.n_head} even-sized heads")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"GPTConfig.n_head={self.n_head} must be a multiple of "
+                             f"n_kv_head={self.n_kv_head}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(f"GPTConfig.tie_embeddings must be a bool, "
+                             f"got {self.tie_embeddings!r}")
 
     @property
     def head_dim(self) -> int:

@@ -1,7 +1,9 @@
 """A decoder-only GPT in a Llama-like form, with a static KV cache for ragged batches.
 
-Pre-norm (RMSNorm), rotary positions, a SwiGLU MLP, no biases, and an embedding tied to the
-output head. The model knows nothing of speculation: it maps (tokens, positions) to logits.
+Pre-norm (RMSNorm), rotary positions, a SwiGLU MLP, no biases, grouped-query attention when
+n_kv_head < n_head, and an embedding tied to the output head unless the config unties it: the
+Llama architecture, so Hugging Face Llama folders convert to and from it (model/hf.py). The
+model knows nothing of speculation: it maps (tokens, positions) to logits.
 
 The cache is what makes speculative decoding cheap to roll back. Each row writes its keys and
 values at its own absolute positions, and attention masks keys by position (key <= query).
@@ -20,7 +22,7 @@ from model.config import GPTConfig
 
 
 class KVCache(nn.Module):
-    """Preallocated keys and values, [batch, heads, max_seq_len, head_dim]: shapes never change."""
+    """Preallocated keys and values, [batch, kv heads, max_seq_len, head_dim]: static shapes."""
 
     def __init__(self, batch_size: int, n_head: int, max_seq_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device) -> None:
@@ -54,23 +56,29 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.n_head, self.head_dim = config.n_head, config.head_dim
-        self.wqkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = config.head_dim
+        # Rows: the n_head query heads, then n_kv_head key heads, then n_kv_head value heads.
+        kv_dim = config.n_kv_head * config.head_dim
+        self.qkv_split = (config.d_model, kv_dim, kv_dim)
+        self.wqkv = nn.Linear(config.d_model, sum(self.qkv_split), bias=False)
         self.wo = nn.Linear(config.d_model, config.d_model, bias=False)
         self.kv_cache: KVCache | None = None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = self.wqkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2)
+                   for t in self.wqkv(x).split(self.qkv_split, -1))
+        gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.kv_cache is None:
             # Training / full recompute: plain causal attention over the T tokens given.
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             k, v = self.kv_cache.update(positions, k, v)
             key_positions = torch.arange(k.shape[2], device=x.device)
             mask = key_positions[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -108,7 +116,8 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.embed.weight  # tied: one matrix reads tokens in and writes logits out
+        if config.tie_embeddings:  # one matrix reads tokens in and writes logits out
+            self.lm_head.weight = self.embed.weight
         cos, sin = rope_tables(config)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -139,8 +148,9 @@ class GPT(nn.Module):
                 and cache.k.device == p.device:
             return
         for block in self.blocks:
-            block.attn.kv_cache = KVCache(batch_size, self.config.n_head, self.config.max_seq_len,
-                                          self.config.head_dim, p.dtype, p.device)
+            block.attn.kv_cache = KVCache(batch_size, self.config.n_kv_head,
+                                          self.config.max_seq_len, self.config.head_dim,
+                                          p.dtype, p.device)
 
     def drop_cache(self) -> None:
         """Back to cache-free causal attention (training, full recompute)."""

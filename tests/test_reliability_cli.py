@@ -90,6 +90,10 @@ BAD_ARGUMENTS = [
     (["verify", "--seed", "x"], "--seed"),
     (["kernels", "--device", "foo"], "--device"),
     (["kernels", "--out"], "--out"),
+    (["export"], "out_dir"),
+    (["export", "{empty}", "--dtype", "int8"], "--dtype"),
+    (["samples", "--n", "0"], "--n"),
+    (["samples", "--max-new-tokens", HUGE], "--max-new-tokens"),
     (["speculate"], "unknown command"),
 ]
 

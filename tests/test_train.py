@@ -1,6 +1,7 @@
 """Offline training: a short run of the tiny preset learns, and an interrupted run resumes exactly."""
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -67,10 +68,20 @@ def test_short_tiny_run_reduces_the_loss(monkeypatch: pytest.MonkeyPatch, capsys
         assert meta["seed"] == "1234" and meta["role"] == role
         assert meta["train_command"].startswith("python -m minispec train --preset tiny")
         steps = train.SCHEDULES["tiny"][role].steps
-        assert re.search(rf"\[{role}\] step {steps}/{steps} loss [\d.]+ \| [\d,]+ tok/s \| ETA 0m00s", out)
+        line = rf"\[{role}\] step {steps}/{steps} \| [\d.]+M bytes \| train [\d.]+ bits/byte \| held-out [\d.]+"
+        assert re.search(line + r" \| [\d,]+ tok/s \| ETA 0m00s", out)
         assert (tmp_path / "state" / f"{role}.state.safetensors").is_file()
-    losses = [float(x) for x in re.findall(r"\[target\] step \d+/\d+ loss ([\d.]+)", out)]
-    assert losses[-1] < 0.75 * math.log(VOCAB_SIZE)  # the training loss is in nats
+        # The same records, as JSON lines beside the state: one per 10 steps, held-out every 10.
+        records = [json.loads(x) for x in (tmp_path / "state" / f"{role}.log.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in records] == list(range(10, steps + 1, 10))
+        assert all(r["heldout_bpb"] is not None for r in records)
+        seq = train.SCHEDULES["tiny"][role]
+        assert records[-1]["bytes_seen"] == steps * seq.batch_size * seq.seq_len
+        assert records[-1]["heldout_bpb"] < records[0]["heldout_bpb"]
+    train_bits = [float(x) for x in re.findall(r"\[target\] step \d+/\d+ \| [\d.]+M bytes \| train ([\d.]+)", out)]
+    assert train_bits[-1] < 0.75 * UNIFORM_BITS
+    curve = next((tmp_path / "out").glob("loss_curve.*"))  # a PNG with matplotlib, a text chart without
+    assert curve.stat().st_size > 0
 
 
 RESUME_SCHEDULES = {

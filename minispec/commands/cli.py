@@ -6,6 +6,8 @@
     bench-sampler the rejection sampler against eager, plain and the read floor
     verify        the paper's worked example through the compiled sampler (make verify)
     kernels       the sampler's generated kernels (Triton on a GPU, C++ on a CPU)
+    export        the pair as Hugging Face Llama folders (transformers, vLLM, SGLang)
+    samples       how often the default decode output parses as Python
 
 Every command runs through `main`, which turns each expected failure into one line: bad input
 (a flag, a prompt, a checkpoint, a folder) is one line on stderr and exit code 2; Ctrl-C at any
@@ -172,8 +174,9 @@ def run_decode(argv: list[str]) -> int:
 
 # Each command but decode lives in its own module, imported on demand so `--help` stays instant.
 COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench",
-            "bench-sampler": "minispec.commands.bench_sampler",
-            "kernels": "minispec.commands.kernels", "verify": "minispec.commands.verify"}
+            "bench-sampler": "minispec.commands.bench_sampler", "export": "minispec.commands.export",
+            "kernels": "minispec.commands.kernels", "samples": "minispec.commands.samples",
+            "verify": "minispec.commands.verify"}
 
 
 def run(argv: list[str]) -> int:

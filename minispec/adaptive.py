@@ -1,0 +1,151 @@
+"""Adaptive K: choose each round's number of drafts from a few compiled widths, by Theorem 3.8.
+
+Leviathan et al.'s Theorem 3.8 says one round of K drafts yields (1 - a^(K+1)) / (1 - a) tokens
+in expectation (eq. 1) at a cost of Kc + 1 target steps. A batch shares one K (one compiled
+graph per width), so the round's value is the sum of its rows' expected tokens, divided by the
+round's measured time at this batch size: K = 0 wins where drafting cannot pay (a low, or c high,
+or a verify of K + 1 tokens that costs much more than one: large batches), and K grows with a.
+
+Exactness: K may depend on anything already emitted, never on this round's randomness. Here it
+depends on the running estimate of alpha (past rounds' acceptance) and on past timings only.
+
+alpha per row is an exponentially weighted mean of observed acceptance, shrunk towards a prior:
+    alpha = (S + prior * w0) / (W + w0),  S <- decay * S + observed sum,  W <- decay * W + count.
+S and W also decay (more slowly) in rounds without drafts, so a row that stopped drafting drifts
+back to the prior and is probed again: a bad spell never switches speculation off for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+DEFAULT_WIDTHS = (0, 2, 4, 8)
+
+
+class AlphaEstimate(NamedTuple):
+    """Per-row state for LoopState: decayed sums of observed acceptance and of observations."""
+
+    weighted_sum: torch.Tensor  # [B] float64
+    weight: torch.Tensor  # [B] float64
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    widths: tuple[int, ...] = DEFAULT_WIDTHS  # each is one compiled round shape
+    prior_alpha: float = 0.7  # before any observation; also where an unobserved row drifts back to
+    prior_weight: float = 2.0  # the prior counts as this many observations
+    decay: float = 0.9  # per round with drafts: about the last 10 such rounds matter
+    idle_decay: float = 0.99  # per round without: a poor row at K = 0 is probed every ~100 rounds
+    margin: float = 0.02  # a larger K must promise this much more throughput than a smaller one
+
+    def __post_init__(self) -> None:
+        w = self.widths
+        if not (w and all(isinstance(k, int) and k >= 0 for k in w) and list(w) == sorted(set(w))):
+            raise ValueError(f"widths must be distinct ints >= 0 in increasing order, got {w!r}")
+        if not 0 <= self.prior_alpha <= 1:
+            raise ValueError(f"prior_alpha must be in [0, 1], got {self.prior_alpha}")
+        if not self.prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
+        for name in ("decay", "idle_decay"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not self.margin >= 0:
+            raise ValueError(f"margin must be >= 0, got {self.margin}")
+
+
+def initial_estimate(batch_size: int, device: torch.device | str = "cpu") -> AlphaEstimate:
+    zeros = torch.zeros(batch_size, dtype=torch.float64, device=device)
+    return AlphaEstimate(zeros, zeros.clone())
+
+
+def update_estimate(
+    estimate: AlphaEstimate,
+    observed_sum: torch.Tensor,
+    observed_count: torch.Tensor,
+    decay: float,
+    idle_decay: float,
+) -> AlphaEstimate:
+    """One round's observations per row: e.g. the sum of beta_i = sum_v min(p_i, q_i) over the
+    positions it verified and their number; or (noisier) n accepted out of n + 1 tested when a
+    rejection ended the round, n out of n when all passed. Rows without drafts pass 0 and 0 and
+    forget at the slower idle_decay, so that they drift back to the prior and probe again, but
+    seldom: each probe of a poor row costs a round of drafting for little."""
+    factor = torch.where(observed_count > 0, decay, idle_decay).double()
+    return AlphaEstimate(
+        factor * estimate.weighted_sum + observed_sum.double(),
+        factor * estimate.weight + observed_count.double(),
+    )
+
+
+def current_alpha(estimate: AlphaEstimate, prior_alpha: float, prior_weight: float) -> torch.Tensor:
+    return (estimate.weighted_sum + prior_alpha * prior_weight) / (estimate.weight + prior_weight)
+
+
+def expected_tokens(alpha: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
+    """Eq. (1) for every row and width, [B, W]: sum_{i=0..K} a^i, which is (1 - a^(K+1)) / (1 - a)
+    without the 0/0 at a = 1 (there it is K + 1). widths are Python ints: static under compile."""
+    i = torch.arange(max(widths) + 1, device=alpha.device)
+    upto = i <= torch.tensor(widths, device=alpha.device)[:, None]  # [W, Kmax+1]
+    return (alpha[:, None, None] ** i * upto).sum(-1)
+
+
+def choose_width(
+    alpha: torch.Tensor,
+    active: torch.Tensor,
+    widths: tuple[int, ...],
+    round_time: torch.Tensor,
+    margin: float = 0.0,
+) -> torch.Tensor:
+    """Index into widths (0-d long) maximising the batch's expected tokens per unit time:
+    sum over active rows of eq. (1), over round_time[w] (any unit, e.g. K = 0 rounds).
+
+    The smallest width within a factor (1 + margin) of the best wins: alpha is an estimate, and
+    near break-even its noise would otherwise buy rounds of speculation that lose time.
+    Tensor ops only, so it can run inside the compiled round and its result ride in the round's
+    one host read."""
+    tokens = (expected_tokens(alpha.double(), widths) * active[:, None]).sum(0)  # [W]
+    rate = tokens / round_time.double()
+    good_enough = rate * (1 + margin) >= rate.max()
+    return good_enough.int().argmax()  # the first True: widths ascend
+
+
+@dataclass(slots=True)
+class RoundTimes:
+    """Host-side seconds per round width at the current batch size, for choose_width.
+
+    Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c in units of
+    a K = 0 round (c: the draft step over the target step); measured widths replace it. The
+    first round of each width is skipped (it compiles). Keep one per batch size."""
+
+    c: float
+    smoothing: float = 0.3  # weight of the newest measurement
+    seconds: dict[int, float] = field(default_factory=dict)
+    calls: dict[int, int] = field(default_factory=dict)
+
+    def observe(self, k: int, seconds: float) -> None:
+        self.calls[k] = self.calls.get(k, 0) + 1
+        if self.calls[k] == 1:
+            return
+        old = self.seconds.get(k)
+        self.seconds[k] = (
+            seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
+        )
+
+    def relative(self, widths: tuple[int, ...]) -> torch.Tensor:
+        """[W] times in units of a K = 0 round: measured where known, the model elsewhere."""
+        model = {k: 1 + k * self.c for k in widths}
+        measured = {k: s for k, s in self.seconds.items() if k in model}
+        if not measured:
+            return torch.tensor([model[k] for k in widths], dtype=torch.float64)
+        # The K = 0 round's time in seconds: measured, or fitted from the widths that were.
+        unit = (
+            measured[0]
+            if 0 in measured
+            else sum(s / model[k] for k, s in measured.items()) / len(measured)
+        )
+        return torch.tensor(
+            [measured[k] / unit if k in measured else model[k] for k in widths], dtype=torch.float64
+        )

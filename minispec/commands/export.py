@@ -1,0 +1,44 @@
+"""`python -m minispec export OUT_DIR`: the pair as Hugging Face Llama folders.
+
+    python -m minispec export OUT_DIR [--target PATH] [--draft PATH] [--dtype float32]
+
+Writes OUT_DIR/target/ and OUT_DIR/draft/, each with config.json (LlamaForCausalLM),
+generation_config.json, model.safetensors and the byte tokenizer's files, which transformers,
+vLLM and SGLang load as they are. Each folder is replaced whole or not at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minispec.commands.args import OneLineParser
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def main(argv: list[str]) -> int:
+    p = OneLineParser(
+        prog="minispec export", description="Export the pair as Hugging Face folders."
+    )
+    p.add_argument("out_dir", help="writes OUT_DIR/target and OUT_DIR/draft")
+    p.add_argument("--target", default=None, help="target checkpoint (default: the shipped one)")
+    p.add_argument("--draft", default=None, help="draft checkpoint (default: the shipped one)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=sorted(DTYPES),
+        help="weights' dtype in model.safetensors (default float32)",
+    )
+    args = p.parse_args(argv)
+    from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
+    from model.checkpoint import load_pair
+    from model.hf import export_folder
+
+    out = Path(args.out_dir)
+    models = load_pair(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT)
+    for role, model in zip(("target", "draft"), models):
+        export_folder(model, out / role, DTYPES[args.dtype])
+        print(f"{role}: {out / role}")
+    return 0

@@ -1,0 +1,77 @@
+"""n-gram prompt lookup (vLLM's `ngram`, transformers' `prompt_lookup_num_tokens`) in tensor ops.
+
+Each row looks for the most recent earlier occurrence of its own last n tokens, n from n_max down
+to n_min, in everything it holds (prompt and output), and proposes the tokens that followed it.
+A byte-level model copies long runs (one identifier is many tokens), so this is where drafts
+cost nothing and are often right. No Python loop over rows, no data-dependent shapes: it
+compiles with fullgraph=True into one graph per (B, S, K) and can live inside a compiled round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minispec.proposers.proposal import Proposal
+from sampling import PLACEHOLDER_TOKEN_ID
+
+NOT_A_TOKEN = -2  # left padding for the windows: equal to no token id and no placeholder
+
+
+def ngram_propose(
+    tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: int, n_max: int
+) -> Proposal:
+    """tokens [B, S] long (row b holds seq_len[b] tokens), k drafts per matching row.
+
+    The match ending at position e (e < seq_len - 1, so at least one token follows it) has
+    length l(e) = how many tokens before and at e equal the row's last tokens, capped at n_max.
+    The row takes the longest match, the most recent among equals, if it is at least n_min.
+    The copy may overlap its own output, as in LZ77: a match p tokens back proposes
+    tokens[e+1:] repeated with period p. The verify step is K + 1 wide whatever a row
+    proposes, so a proposal running past the known tokens costs nothing, and it is what the
+    text becomes if the repetition goes on.
+    """
+    b, s = tokens.shape
+    last = seq_len - 1
+    padded = torch.cat([tokens.new_full((b, n_max - 1), NOT_A_TOKEN), tokens], 1)
+    windows = padded.unfold(1, n_max, 1)  # [B, S, n_max]: windows[b, e] = tokens[b, e-n_max+1 .. e]
+    # the row's last n_max tokens, [B, 1, n_max]
+    suffix = windows.gather(1, last[:, None, None].expand(b, 1, n_max))
+    # Matching tokens counted backwards from e; the first mismatch ends the run. Padding never
+    # matches: a window reaches it only at offset e + 1, where the suffix still has a real token.
+    length = (windows == suffix).flip(-1).long().cumprod(-1).sum(-1)  # [B, S]
+    position = torch.arange(s, device=tokens.device)
+    length = torch.where(position < last[:, None], length, 0)
+    end = (length * s + position).argmax(1)  # longest first, then most recent
+    match_length = length.gather(1, end[:, None]).squeeze(1)
+    matched = match_length >= n_min
+    period = (last - end).clamp(min=1)
+    j = torch.arange(k, device=tokens.device)
+    source = (end[:, None] + 1 + j % period[:, None]).clamp(max=s - 1)
+    draft_token_ids = torch.where(matched[:, None], tokens.gather(1, source), PLACEHOLDER_TOKEN_ID)
+    return Proposal(
+        draft_token_ids, torch.where(matched, k, 0), None, torch.where(matched, match_length, 0)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NgramProposer:
+    """Deterministic (draft_probs None). Defaults suit bytes: 3 bytes is about the shortest
+    context that says anything, 16 covers an indented identifier."""
+
+    n_min: int = 3
+    n_max: int = 16
+
+    def __post_init__(self) -> None:
+        if not (
+            isinstance(self.n_min, int)
+            and isinstance(self.n_max, int)
+            and 1 <= self.n_min <= self.n_max
+        ):
+            raise ValueError(
+                f"need ints 1 <= n_min <= n_max, got n_min={self.n_min!r}, n_max={self.n_max!r}"
+            )
+
+    def propose(self, tokens: torch.Tensor, seq_len: torch.Tensor, k: int) -> Proposal:
+        return ngram_propose(tokens, seq_len, k, self.n_min, self.n_max)

@@ -1,0 +1,72 @@
+"""What every proposer returns, and the hybrid that mixes two proposals row by row.
+
+A proposer may be anything (a draft model, a lookup in the request's own tokens, an index over
+a corpus): the output stays exact as long as `draft_probs`, when given, is exactly the
+distribution each draft token was drawn from. A deterministic proposer passes None, which the
+rejection sampler reads as a one-hot q, lossless for any token. A row with fewer than K drafts
+marks the missing positions with PLACEHOLDER_TOKEN_ID and counts its drafts in
+`num_draft_tokens`: the sampler never accepts past that count, so the round ends there with a
+corrective or bonus token from the target.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from sampling import PLACEHOLDER_TOKEN_ID
+
+
+class Proposal(NamedTuple):
+    draft_token_ids: torch.Tensor  # [B, K] long; PLACEHOLDER_TOKEN_ID past num_draft_tokens
+    num_draft_tokens: torch.Tensor  # [B] long, in [0, K]
+    draft_probs: torch.Tensor | None = None  # [B, K, V] q of each draft; None: deterministic
+    # [B] long: how many context tokens a lookup matched (0: no match). A model's proposal
+    # leaves it None. The hybrid trusts a lookup only past a threshold on it.
+    match_length: torch.Tensor | None = None
+
+
+class Proposer(Protocol):
+    def propose(self, tokens: torch.Tensor, seq_len: torch.Tensor, k: int) -> Proposal:
+        """Up to k drafts per row that follow tokens[b, :seq_len[b]] (tokens [B, S] long)."""
+        ...
+
+
+def one_hot_probs(
+    draft_token_ids: torch.Tensor, vocab_size: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The q a deterministic proposer draws from: one-hot at each draft, all zeros at
+    placeholders (never tested: the sampler stops at num_draft_tokens)."""
+    real = draft_token_ids != PLACEHOLDER_TOKEN_ID
+    return (F.one_hot(draft_token_ids.clamp(min=0), vocab_size) * real[..., None]).to(dtype)
+
+
+def hybrid(primary: Proposal, fallback: Proposal, use_primary: torch.Tensor) -> Proposal:
+    """Row b takes `primary` where use_primary[b] (e.g. its lookup matched enough context),
+    `fallback` elsewhere. Each row keeps its own q, so the mix is exact: where one side is
+    deterministic and the other is not, the deterministic rows get their one-hot q explicitly."""
+    if primary.draft_token_ids.shape != fallback.draft_token_ids.shape:
+        raise ValueError(
+            f"proposals differ in shape: {tuple(primary.draft_token_ids.shape)} and "
+            f"{tuple(fallback.draft_token_ids.shape)}"
+        )
+    row = use_primary[:, None]
+    ids = torch.where(row, primary.draft_token_ids, fallback.draft_token_ids)
+    num = torch.where(use_primary, primary.num_draft_tokens, fallback.num_draft_tokens)
+    probs = None
+    if primary.draft_probs is not None or fallback.draft_probs is not None:
+        given = primary.draft_probs if primary.draft_probs is not None else fallback.draft_probs
+        q = [
+            p.draft_probs
+            if p.draft_probs is not None
+            else one_hot_probs(p.draft_token_ids, given.shape[-1], given.dtype)
+            for p in (primary, fallback)
+        ]
+        probs = torch.where(row[..., None], q[0], q[1])
+    match = [
+        p.match_length if p.match_length is not None else torch.zeros_like(num)
+        for p in (primary, fallback)
+    ]
+    return Proposal(ids, num, probs, torch.where(use_primary, match[0], match[1]))

@@ -1,0 +1,181 @@
+"""Adaptive K: the chooser against Theorem 3.8, the running alpha, the round-time table, and a
+simulation where the adaptive rule must keep up with the best fixed K (and a fixed K must not)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
+from minispec.adaptive import (
+    AdaptiveConfig,
+    RoundTimes,
+    choose_width,
+    current_alpha,
+    expected_tokens,
+    initial_estimate,
+    update_estimate,
+)
+from minispec.stats import predicted_speedup
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+WIDTHS = (0, 2, 4, 8)
+
+
+def pick(alpha: float, c: float, rows: int = 1, widths: tuple[int, ...] = WIDTHS) -> int:
+    a = torch.full((rows,), alpha, dtype=torch.float64)
+    times = torch.tensor([1 + k * c for k in widths], dtype=torch.float64)
+    return widths[choose_width(a, torch.ones(rows, dtype=torch.bool), widths, times)]
+
+
+def test_expected_tokens_is_eq_1() -> None:
+    got = expected_tokens(torch.tensor([0.75, 0.9, 0.0, 1.0], dtype=torch.float64), (0, 3, 7))
+    want = [[1, 2.734, 3.600], [1, 3.439, 5.695], [1, 1, 1], [1, 4, 8]]  # eq. (1); a = 1: K + 1
+    assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=6e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.35, 0.6, 0.8, 0.93, 1.0])
+@pytest.mark.parametrize("c", [0.02, 0.1, 0.3, 0.9])
+def test_choice_maximises_theorem_3_8(alpha: float, c: float) -> None:
+    best = max(WIDTHS, key=lambda k: (round(predicted_speedup(alpha, k, c), 12), -k))
+    assert pick(alpha, c) == best
+
+
+def test_margin_prefers_the_smaller_width_near_a_tie() -> None:
+    alpha = torch.full((1,), 0.9, dtype=torch.float64)
+    times = torch.tensor(
+        [1 + k * 0.15 for k in WIDTHS], dtype=torch.float64
+    )  # rate: K = 8 is 1.09x K = 4
+    one = torch.ones(1, dtype=torch.bool)
+    assert [WIDTHS[choose_width(alpha, one, WIDTHS, times, m)] for m in (0.0, 0.05, 0.1)] == [
+        8,
+        8,
+        4,
+    ]
+
+
+def test_no_speculation_when_it_cannot_pay_and_more_as_alpha_grows() -> None:
+    assert (
+        pick(0.05, 0.1) == 0 and pick(0.6, 1.0) == 0 and pick(1.0, 1.0) == 0
+    )  # a tie goes to K = 0
+    ks = [pick(a / 100, 0.1) for a in range(0, 101, 5)]
+    assert ks == sorted(ks) and ks[0] == 0 and ks[-1] == 8
+    assert [pick(0.8, c) for c in (0.02, 0.2, 0.5, 1.0)] == [8, 4, 2, 0]
+
+
+def test_the_batch_shares_one_k_and_done_rows_do_not_vote() -> None:
+    alpha = torch.tensor([0.95, 0.95, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1], dtype=torch.float64)
+    times = torch.tensor([1 + k * 0.3 for k in WIDTHS], dtype=torch.float64)
+    everyone = torch.ones(8, dtype=torch.bool)
+    assert (
+        WIDTHS[choose_width(alpha, everyone, WIDTHS, times)] == 0
+    )  # six poor rows outweigh two good ones
+    assert WIDTHS[choose_width(alpha, alpha > 0.5, WIDTHS, times)] == 8  # ... unless they are done
+    # A verify whose cost grows with K (a large batch) lowers K at the same alpha.
+    steep = torch.tensor([1.0, 1.6, 2.2, 4.5], dtype=torch.float64)
+    assert WIDTHS[choose_width(alpha[:2], everyone[:2], WIDTHS, steep)] == 4
+
+
+def test_running_alpha_follows_observations_and_drifts_back_to_the_prior() -> None:
+    config = AdaptiveConfig(prior_alpha=0.7, prior_weight=2.0, decay=0.9, idle_decay=0.99)
+    est = initial_estimate(2)
+    assert current_alpha(est, config.prior_alpha, config.prior_weight).tolist() == [0.7, 0.7]
+    for _ in range(60):  # row 0 accepts 2 of every 4 tested drafts, row 1 drafts nothing
+        est = update_estimate(
+            est, torch.tensor([2.0, 0.0]), torch.tensor([4, 0]), config.decay, config.idle_decay
+        )
+    alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
+    assert abs(alpha[0] - 0.5) < 0.01 and alpha[1] == 0.7
+    history = [alpha[0].item()]
+    for _ in range(300):  # row 0 stops drafting (K = 0 chosen): it drifts back, to be probed again
+        est = update_estimate(est, torch.zeros(2), torch.zeros(2), config.decay, config.idle_decay)
+        history.append(current_alpha(est, config.prior_alpha, config.prior_weight)[0].item())
+    assert history == sorted(history) and history[50] < 0.55 and 0.59 < history[-1] < 0.7
+
+
+def test_round_times_skip_the_compile_round_and_prefer_measurements() -> None:
+    times = RoundTimes(c=0.1)
+    assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
+    times.observe(4, 99.0)  # first call of a width: compiling, ignored
+    assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
+    times.observe(4, 0.014)
+    times.observe(4, 0.014)
+    # Unit fitted from K = 4 alone: 0.014 s / 1.4 = 0.01 s per K = 0 round.
+    assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
+    times.observe(0, 1.0)
+    times.observe(0, 0.007)  # K = 0 measured: the unit is now its own time
+    assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 2.0, 1.8])
+
+
+def test_bad_config_is_one_line_errors() -> None:
+    for kwargs, message in [
+        ({"widths": (4, 2)}, "increasing"),
+        ({"widths": ()}, "widths"),
+        ({"prior_alpha": 1.5}, "prior_alpha"),
+        ({"prior_weight": 0}, "prior_weight"),
+        ({"decay": 1.0}, "decay"),
+        ({"idle_decay": -0.1}, "idle_decay"),
+        ({"margin": -1}, "margin"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            AdaptiveConfig(**kwargs)
+
+
+def test_compiles_in_one_graph() -> None:
+    torch._dynamo.reset()
+    config = AdaptiveConfig()
+
+    def step(est, accepted, tested, active, times):
+        est = update_estimate(est, accepted, tested, config.decay, config.idle_decay)
+        alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
+        return est, choose_width(alpha, active, config.widths, times, config.margin)
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=False)
+    est = initial_estimate(3)
+    args = torch.tensor([3.0, 0.0, 1.0]), torch.tensor([3, 1, 4]), torch.tensor([True, True, False])
+    times = RoundTimes(c=0.1).relative(config.widths)
+    got, want = compiled(est, *args, times), step(est, *args, times)
+    assert torch.equal(got[1], want[1]) and all(torch.equal(a, b) for a, b in zip(got[0], want[0]))
+
+
+def simulate(rule, alpha_of_round, rounds: int = 3000, c: float = 0.15, seed: int = 0) -> float:
+    """Tokens per unit time of one row whose drafts are accepted i.i.d. with a probability that
+    changes over time, under `rule(estimate) -> K`. Acceptance is observed as Bernoulli counts."""
+    gen = torch.Generator().manual_seed(seed)
+    config = AdaptiveConfig()
+    est, tokens, time = initial_estimate(1), 0, 0.0
+    for r in range(rounds):
+        k = rule(est)
+        passed = torch.rand(k, generator=gen, dtype=torch.float64) < alpha_of_round(r)
+        n = int(passed.cumprod(0).sum()) if k else 0
+        tokens, time = tokens + n + 1, time + 1 + k * c
+        tested = min(n + 1, k)
+        est = update_estimate(
+            est, torch.tensor([float(n)]), torch.tensor([tested]), config.decay, config.idle_decay
+        )
+    return tokens / time
+
+
+def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
+    """alpha alternates between 0.9 and 0.2 every 300 rounds: no fixed K is right for both. The
+    adaptive rule must reach 0.95x the best fixed K (it in fact beats it); always-8 must not."""
+    config, c = AdaptiveConfig(), 0.15
+    times = torch.tensor([1 + k * c for k in config.widths], dtype=torch.float64)
+
+    def adaptive(est):
+        alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
+        return config.widths[
+            choose_width(
+                alpha, torch.ones(1, dtype=torch.bool), config.widths, times, config.margin
+            )
+        ]
+
+    def shifting(r):
+        return 0.9 if (r // 300) % 2 == 0 else 0.2
+
+    fixed = {k: simulate(lambda est, k=k: k, shifting, c=c) for k in config.widths}
+    got = simulate(adaptive, shifting, c=c)
+    assert got >= 0.95 * max(fixed.values()), (got, fixed)
+    assert got > fixed[8] * 1.05 and got > fixed[0] * 1.05
+    # Where no K > 0 pays (alpha 0.1) it stays within 2 % of K = 0: the probes are rare.
+    assert simulate(adaptive, lambda r: 0.1, c=c) >= 0.98
