@@ -135,8 +135,9 @@ def block_toy_example(rounds: int, seed: int, verdict: Verdict) -> None:
     gamma = 2
     print("\n3. Block verification, toy example: V = {a, b}, Mb = (1/3, 2/3), "
           f"Ms = (2/3, 1/3), gamma = {gamma}; {rounds:,} rounds each\n")
-    print(f"{'method':<10} {'accepted drafts (exact)':>24} {'measured':>9} {'6 sigma':>8}  "
-          "first token a b (expect 0.3333 0.6667)")
+    print("expected accepted drafts, exact and measured; the first token of a round follows Mb\n")
+    print(f"{'method':<10} {'exact':>6} {'':>7} {'measured':>9} {'6 sigma':>8}  "
+          f"{'first token a, b':>16}")
     gen = torch.Generator().manual_seed(seed + 2)
     logits = _logits(np.array([1 / 3, 2 / 3])).expand(rounds, gamma + 1, 2).contiguous()
     q_rows = torch.tensor([2 / 3, 1 / 3]).expand(rounds, gamma, 2).contiguous()
@@ -155,15 +156,15 @@ def block_toy_example(rounds: int, seed: int, verdict: Verdict) -> None:
         # count of b among them is Binomial(rounds, 2/3).
         freq_b = out.token_ids[:, 0].double().mean().item()
         mark += verdict.check(f"{method} frequency of b", freq_b, 2 / 3, np.sqrt(2 / 9 / rounds))
-        print(f"{method:<10} {str(expected):>9} = {float(expected):.4f}{'':>6} {measured:9.4f} "
-              f"{SIGMAS * sigma:8.4f}  {1 - freq_b:.4f} {freq_b:.4f}"
+        print(f"{method:<10} {str(expected):>6} {float(expected):7.4f} {measured:9.4f} "
+              f"{SIGMAS * sigma:8.4f}  {1 - freq_b:>9.4f} {freq_b:.4f}"
               f"{'  <- off' if mark.strip() else ''}")
     optimum = exact_law.optimum_accepted(target, draft, gamma, 2)
-    print(f"{'optimum':<10} {str(optimum):>9} = {float(optimum):.4f}  (sum over i and x^i of "
+    print(f"{'optimum':<10} {str(optimum):>6} {float(optimum):7.4f}  (sum over i and x^i of "
           "min(Mb(x^i), Ms(x^i)))")
-    print("\nWhy the LAST passing index wins: p_i, the capped likelihood ratio of the whole "
-          "prefix X^i, can\nrecover after a draft Ms over-proposed, so X^i may be kept even "
-          "where the test at an earlier\nposition alone would have failed.")
+    print("\nWhy the LAST passing index wins: p_i, the capped likelihood ratio Mb/Ms of the whole "
+          "prefix X^i,\nrises again after a draft that Mb likes more than Ms did, so a later "
+          "position may keep X^i\neven where an earlier position's test, on its own, failed.")
 
 
 def main(argv: list[str] | None = None) -> int:
