@@ -164,7 +164,7 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     # max(p - q, 0) if n < L, else the bonus from p. A greedy row takes the argmax instead.
     n = num_accepted
     p_n = (filtered[rows, n] - log_norm[rows, n][:, None]).exp()  # [B, V]
-    if method == "naive":  # the wrong rule, kept to show its bias: resample from p after a rejection
+    if method == "naive":  # the wrong rule, kept to show its bias: resample p after a rejection
         weights = p_n
     else:
         n_draft = n.clamp(max=num_drafts - 1)  # at n = K there is no draft row to gather

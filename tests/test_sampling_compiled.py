@@ -96,7 +96,8 @@ def test_no_graph_breaks():
                 for draft_probs in (batch["draft_probs"], None)
                 for filters in ((params.top_k, params.top_p), (None, None))
                 for short in (None, num_drafts)]
-    variants += [(batch["draft_probs"], (None, None), short, "block") for short in (None, num_drafts)]
+    variants += [(batch["draft_probs"], (None, None), short, "block")
+                 for short in (None, num_drafts)]
     for draft_probs, filters, short, method in variants:
         explained = torch._dynamo.explain(_rejection_core)(
             batch["target_logits"], batch["draft_token_ids"], draft_probs, params.temperature,

@@ -94,7 +94,8 @@ STOPS = {
     "after a 0": (lambda prefix: bool(prefix) and prefix[-1] == 0,
                   lambda drafts: torch.where((drafts == 0).any(-1),
                                              (drafts == 0).long().argmax(-1) + 1, K)),
-    "two drafts": (lambda prefix: len(prefix) == 2, lambda drafts: torch.full_like(drafts[:, 0], 2)),
+    "two drafts": (lambda prefix: len(prefix) == 2,
+                   lambda drafts: torch.full_like(drafts[:, 0], 2)),
     "no drafts": (lambda prefix: True, lambda drafts: torch.zeros_like(drafts[:, 0])),
 }
 
