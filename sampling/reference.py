@@ -1,13 +1,16 @@
-"""A deliberately plain rejection sampler: Leviathan et al. 2022, Algorithm 1, one request and
-one position at a time. It is slow on purpose and shares no code with the tensor version apart
-from the argument handling, so tests can hold the compiled sampler to it bit for bit, given the
-same uniforms and exponentials. Not for production use.
+"""A deliberately plain rejection sampler: Leviathan et al. 2022, Algorithm 1, and block
+verification (Sun et al. 2024), one request and one position at a time. It is slow on purpose
+and shares no code with the tensor version apart from the argument handling, so tests can hold
+the compiled sampler to it bit for bit, given the same uniforms and exponentials. Not for
+production use.
 """
+
+import math
 
 import torch
 
 from sampling.constraints import normalize_params
-from sampling.rejection import METHODS, PLACEHOLDER_TOKEN_ID, RejectionOutput
+from sampling.rejection import PLACEHOLDER_TOKEN_ID, REJECTION_SAMPLE_METHODS, RejectionOutput
 
 
 def target_distribution(logits: torch.Tensor, temperature: float, top_k: int,
@@ -47,12 +50,43 @@ def draw(weights: torch.Tensor, exponentials: torch.Tensor) -> int:
     return best_token
 
 
+def _block_length(p, q, drafts: list[int], uniforms: list[float],
+                  num_real: int) -> tuple[int, float]:
+    """Block verification for one request, position by position: tau and the weight p_tau.
+
+    p(i) is the target's distribution after i drafts, q(i) the draft's; the comments use the
+    paper's names (Mb, Ms, p_i, r_i, h_i, eta_i)."""
+    log_weight, weights, tau = 0.0, [1.0], 0  # p_0 = 1
+    for i in range(1, num_real + 1):
+        x = drafts[i - 1]
+        mb_x, ms_x = float(p(i - 1)[x]), float(q(i - 1)[x])
+        # p_i = min(1, p_{i-1} Mb(X_i) / Ms(X_i)), in logs; q(x) = 0 counts as Mb(x) = 0.
+        if ms_x > 0:
+            log_ratio = math.log(mb_x) - math.log(ms_x) if mb_x > 0 else -math.inf
+            log_weight = min(0.0, log_weight + log_ratio)
+        else:
+            log_weight = -math.inf
+        weight = math.exp(log_weight)
+        weights.append(weight)
+        if i == num_real:  # the last draft: h = p_i, i.e. r = p_i over a denominator of 1
+            mass, denominator = weight, 1.0
+        else:  # r_i = sum_x max(p_i Mb(x | X^i) - Ms(x | X^i), 0)
+            mass = float((weight * p(i).double() - q(i).double()).clamp(min=0).sum())
+            denominator = mass + (1 - weight)
+        # eta_i <= h_i = r_i / (r_i + 1 - p_i), written without the division; h_i = 0 never
+        # passes and h_i = 0 / 0 = 1 always does.
+        if (mass > 0 or denominator == 0) and uniforms[i - 1] * denominator <= mass:
+            tau = i  # the LAST passing index wins
+    return tau, weights[tau]
+
+
 def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
                      draft_probs: torch.Tensor | None, *, temperature, top_k, top_p,
                      uniforms: torch.Tensor, exponentials: torch.Tensor,
-                     method: str = "standard") -> RejectionOutput:
+                     method: str = "standard",
+                     num_draft_tokens: torch.Tensor | None = None) -> RejectionOutput:
     """Same contract as ``sampling.rejection_sample``, except the randomness must be given."""
-    assert method in METHODS
+    assert method in REJECTION_SAMPLE_METHODS
     batch_size, num_drafts = draft_token_ids.shape
     params = normalize_params(temperature, top_k, top_p, batch_size, torch.device("cpu"))
     token_ids = torch.full((batch_size, num_drafts + 1), PLACEHOLDER_TOKEN_ID)
@@ -61,18 +95,40 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
         t = float(params.temperature[b])
         k = 0 if params.top_k is None else int(params.top_k[b])
         top_p_b = 1.0 if params.top_p is None else float(params.top_p[b])
+        # A row with L < K drafts: position L + 1 holds a stop token that the target never
+        # emits, so the round ends at L at the latest with a draw from p(L).
+        num_real = num_drafts if num_draft_tokens is None else int(num_draft_tokens[b])
+        drafts = [int(x) for x in draft_token_ids[b, :num_real]]
+        noise = exponentials[b].cpu()
 
         def p(i: int) -> torch.Tensor:
             return target_distribution(target_logits[b, i].cpu(), t, k, top_p_b)
 
-        for i in range(num_drafts):
-            x = int(draft_token_ids[b, i])
-            p_i = p(i)
-            if draft_probs is None:  # a one-hot draft
-                q_i = torch.zeros_like(p_i)
-                q_i[x] = 1.0
+        def q(i: int) -> torch.Tensor:
+            if draft_probs is not None:
+                return draft_probs[b, i].float().cpu()
+            one_hot = torch.zeros(target_logits.shape[-1])  # a one-hot draft
+            one_hot[drafts[i]] = 1.0
+            return one_hot
+
+        # Block verification with a one-hot draft or a greedy target accepts exactly as the
+        # token-wise rule does; the tensor version runs that rule then, and so does this one.
+        if method == "block" and draft_probs is not None and t > 0:
+            tau, weight = _block_length(p, q, drafts, uniforms[b].tolist(), num_real)
+            token_ids[b, :tau] = torch.tensor(drafts[:tau], dtype=torch.int64)
+            num_accepted[b] = tau
+            if tau == num_real:  # the bonus (or the draw after the stop token): p itself
+                residual = p(tau)
             else:
-                q_i = draft_probs[b, i].float().cpu()
+                residual = (weight * p(tau).double() - q(tau).double()).clamp(min=0).float()
+                if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
+                    residual = p(tau)
+            token_ids[b, tau] = draw(residual, noise)
+            continue
+
+        for i in range(num_real):
+            x = drafts[i]
+            p_i, q_i = p(i), q(i)
             if t == 0:
                 accept = x == int(p_i.argmax())
             else:  # u <= p(x) / q(x), written without the division
@@ -82,10 +138,10 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
                 residual = p_i if method == "naive" else (p_i - q_i).clamp(min=0)
                 if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
                     residual = p_i
-                token_ids[b, i] = draw(residual, exponentials[b].cpu())
+                token_ids[b, i] = draw(residual, noise)
                 break
             token_ids[b, i] = x
             num_accepted[b] += 1
-        else:  # every draft accepted: the bonus token, from the last target row
-            token_ids[b, num_drafts] = draw(p(num_drafts), exponentials[b].cpu())
+        else:  # every draft accepted: the bonus token, from the next target row
+            token_ids[b, num_real] = draw(p(num_real), noise)
     return RejectionOutput(token_ids, num_accepted)

@@ -1,7 +1,9 @@
-"""The speculative rejection sampler (Leviathan et al. 2022, Algorithm 1 and Appendix A.1) as
-tensor ops, compiled with torch.compile(fullgraph=True).
+"""The speculative rejection sampler (Leviathan et al. 2022, Algorithm 1 and Appendix A.1) and
+block verification (Sun et al. 2024, arXiv 2403.10444) as tensor ops, compiled with
+torch.compile(fullgraph=True).
 
-For each request b with drafts x_1..x_K drawn from q, and target distributions p_1..p_{K+1}:
+For each request b with drafts x_1..x_K drawn from q, and target distributions p_1..p_{K+1},
+method="standard" (token-wise):
 1. accept x_i while p_i(x_i) >= u_i q_i(x_i), i.e. u_i <= p_i(x_i) / q_i(x_i), without dividing;
    q_i(x_i) > 0 and p_i(x_i) > 0 are required, so a token the target rules out is never
    accepted, even when u_i = 0;
@@ -11,12 +13,28 @@ For each request b with drafts x_1..x_K drawn from q, and target distributions p
 Only that one row per request needs a full-vocabulary draw, so it is gathered and raced alone
 (``sampling.noise.race``), rather than building a residual at every position.
 
+method="block" judges the block as a whole (``_block_length``). With Mb = p, Ms = q and X^i the
+first i drafts:
+1. w_0 = 1, w_i = min(1, w_{i-1} Mb(X_i | X^{i-1}) / Ms(X_i | X^{i-1})), the running likelihood
+   ratio capped at 1 (the paper's p_i);
+2. for i < K, r_i = sum_x max(w_i Mb(x | X^i) - Ms(x | X^i), 0) and h_i = r_i / (r_i + 1 - w_i);
+   h_K = w_K;
+3. n = tau = the LAST i with u_i <= h_i (0 if none);
+4. if tau < K, draw from norm(max(w_tau Mb(. | X^tau) - Ms(. | X^tau), 0)), else the bonus.
+Same noise as the standard rule: the uniforms [B, K] and one Exp(1) race for the drawn token.
+It accepts at least as many drafts in expectation, and exactly as many for one-hot drafts or a
+greedy target, where the token-wise rule runs instead.
+
+Rows with fewer drafts (``num_draft_tokens``) are exact for every method: a missing draft is
+a stop token the target never emits, so nothing past it is accepted and the round ends there
+with a draw from the target's own row.
+
 Greedy rows (temperature 0) accept while the draft equals the target argmax (the first index,
 as torch.argmax) and emit the argmax of row n; torch.where picks per row, so greedy and random
 rows share one call without a branch.
 
 Step by step, ``_rejection_core`` is Algorithm 1 for a whole batch at once; ``reference.py`` is
-the same rule as a loop, for reading and for the tests.
+the same rules as loops, for reading and for the tests.
 """
 
 from typing import NamedTuple
@@ -29,7 +47,9 @@ from sampling.constraints import (COMPILE_OPTIONS, SampleParams, filtered_logits
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 
 PLACEHOLDER_TOKEN_ID = -1
-METHODS = ("standard", "naive")
+# "block" judges the drafted block as a whole (Sun et al. 2024); "naive" is the wrong rule,
+# kept to show its bias. The decode loop's configuration takes its list of names from here.
+REJECTION_SAMPLE_METHODS = ("standard", "block", "naive")
 
 
 class RejectionOutput(NamedTuple):
@@ -37,14 +57,74 @@ class RejectionOutput(NamedTuple):
     num_accepted: torch.Tensor  # [B] int64: n_b
 
 
+def _prefix_length(accepted: torch.Tensor) -> torch.Tensor:
+    """[B, K] bool -> [B]: how many positions pass before the first failure."""
+    return accepted.long().cumprod(dim=-1).sum(dim=-1)
+
+
+def _block_length(p_x: torch.Tensor, q_x: torch.Tensor, target_probs: torch.Tensor,
+                  draft_probs: torch.Tensor, uniforms: torch.Tensor, real: torch.Tensor | None,
+                  last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification's tau and p_tau per request (the rule of the module docstring).
+
+    p_x, q_x [B, K]: Mb(X_i | X^{i-1}) and Ms(X_i | X^{i-1}); target_probs [B, K-1, V] and
+    draft_probs [B, K, V]: Mb(. | X^i) for i = 1..K-1 and Ms(. | X^i) for i = 0..K-1; ``real``
+    [B, K]: which positions hold real drafts (None: all); ``last`` [B, K]: the last real one.
+    """
+    # p_i = min(1, p_{i-1} Mb(X_i) / Ms(X_i)), in float64 logs: a product of K ratios can
+    # underflow even a double. q(x) = 0 (not a draw from q) and a missing draft count as a
+    # token the target never emits: p_i = 0 from there on.
+    log_ratio = torch.where(q_x > 0, p_x.double().log() - q_x.double().log(), float("-inf"))
+    if real is not None:
+        log_ratio = torch.where(real, log_ratio, float("-inf"))
+    running, log_weights = torch.zeros_like(log_ratio[:, 0]), []
+    for i in range(log_ratio.shape[1]):  # K is small and static: unrolled, fused
+        running = (running + log_ratio[:, i]).clamp(max=0.0)
+        log_weights.append(running)
+    weight = torch.stack(log_weights, dim=1).exp()  # p_1..p_K, [B, K]
+
+    # r_i = sum_x max(p_i Mb(x | X^i) - Ms(x | X^i), 0) for i = 1..K-1: the one vocabulary-wide
+    # reduction per drafted position that block verification adds.
+    mass = (weight[:, :-1, None] * target_probs.double()
+            - draft_probs[:, 1:].double()).clamp(min=0).sum(dim=-1)
+    # At the last real draft h = p: written as r = p over a denominator of 1. (A missing draft
+    # is a stop token that Ms always proposes and Mb never emits: its r is p exactly.)
+    mass = torch.where(last, weight, F.pad(mass, (0, 1)))
+    denominator = torch.where(last, 1.0, mass + (1 - weight))
+    # eta_i <= h_i = r_i / (r_i + 1 - p_i) without dividing; h_i = 0 (r = 0 < 1 - p) never
+    # passes, even at eta = 0, and h_i = 1 (0 / 0) always does.
+    passed = (uniforms * denominator <= mass) & ((mass > 0) | (denominator == 0))
+    if real is not None:  # draft_probs past a row's last draft may hold anything
+        passed &= real
+    # tau = the LAST passing index (0 if none): a later position can rescue an earlier one.
+    position = torch.arange(1, passed.shape[1] + 1, device=passed.device)
+    tau = (passed.long() * position).amax(dim=-1)
+    weight_at_tau = F.pad(weight, (1, 0), value=1.0).gather(1, tau[:, None])  # p_0 = 1
+    return tau, weight_at_tau
+
+
 def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
                     draft_probs: torch.Tensor | None, temperature: torch.Tensor,
                     top_k: torch.Tensor | None, top_p: torch.Tensor | None,
                     uniforms: torch.Tensor, exponentials: torch.Tensor,
-                    naive: bool) -> RejectionOutput:
+                    num_draft_tokens: torch.Tensor | None, method: str) -> RejectionOutput:
     batch_size, num_drafts = draft_token_ids.shape
     rows = torch.arange(batch_size, device=target_logits.device)
+    position = torch.arange(num_drafts, device=target_logits.device)
     greedy = temperature == 0
+    # Short proposals: a row with L < K drafts is treated as if it had drafted a stop token at
+    # position L + 1 that the target never emits. So positions past L are never accepted and
+    # the round ends at L at the latest, with a draw from the target's row L (the residual of p
+    # against a q with all its mass on the stop token is p). Ids there may be anything (-1).
+    if num_draft_tokens is None:
+        num_real, real = num_drafts, None
+        last = position == num_drafts - 1
+        x = draft_token_ids
+    else:
+        num_real = num_draft_tokens
+        real = position < num_real[:, None]
+        last = position == num_real[:, None] - 1
+        x = torch.where(real, draft_token_ids, 0)
 
     # p at every position, kept as filtered logits and a log-normaliser: the test needs only
     # p(x), and the draw needs one row. Reading the logits takes two passes: max and argmax (the
@@ -56,22 +136,35 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     log_norm = torch.cat([log_norm.squeeze(-1), row_max[:, num_drafts:]], dim=1)  # [B, K+1]
 
     # Step 1: the acceptance test, in float64.
-    x = draft_token_ids
     p_x = (filtered[:, :num_drafts].gather(-1, x[..., None]).squeeze(-1)
            - log_norm[:, :num_drafts]).exp()
     q_x = (torch.ones_like(p_x) if draft_probs is None  # a one-hot draft: q(x) = 1
            else draft_probs.gather(-1, x[..., None]).squeeze(-1).float())
-    accepted = (p_x > 0) & (q_x > 0) & (p_x.double() >= uniforms * q_x.double())
-    accepted = torch.where(greedy[:, None], x == target_argmax[:, :num_drafts], accepted)
-
-    # Step 2: n, the length of the all-accepted prefix.
-    num_accepted = accepted.long().cumprod(dim=-1).sum(dim=-1)  # [B]
+    greedy_accepted = x == target_argmax[:, :num_drafts]
+    if real is not None:
+        greedy_accepted &= real
+    block = method == "block"
+    if block:
+        # Step 2, block verification: tau replaces n. A greedy row keeps the token-wise n: with
+        # a one-hot target, p_i is 1 while the drafts match the argmax and 0 after, so both
+        # rules give the same n and the same argmax token.
+        target_probs = (filtered[:, 1:num_drafts] - log_norm[:, 1:num_drafts, None]).exp()
+        tau, weight_at_tau = _block_length(p_x, q_x, target_probs, draft_probs, uniforms, real,
+                                           last)
+        num_accepted = torch.where(greedy, _prefix_length(greedy_accepted), tau)
+    else:
+        accepted = (p_x > 0) & (q_x > 0) & (p_x.double() >= uniforms * q_x.double())
+        if real is not None:
+            accepted &= real
+        accepted = torch.where(greedy[:, None], greedy_accepted, accepted)
+        # Step 2: n, the length of the all-accepted prefix.
+        num_accepted = _prefix_length(accepted)  # [B]
 
     # Step 3: one draw per request, from row n only: the corrective token from the residual
-    # max(p - q, 0) if n < K, else the bonus from p. A greedy row takes the argmax instead.
+    # max(p - q, 0) if n < L, else the bonus from p. A greedy row takes the argmax instead.
     n = num_accepted
     p_n = (filtered[rows, n] - log_norm[rows, n][:, None]).exp()  # [B, V]
-    if naive:  # the wrong rule, kept to show its bias: resample from p after a rejection
+    if method == "naive":  # the wrong rule, kept to show its bias: resample p after a rejection
         weights = p_n
     else:
         n_draft = n.clamp(max=num_drafts - 1)  # at n = K there is no draft row to gather
@@ -80,9 +173,13 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
             q_n = (vocab == x[rows, n_draft][:, None]).float()
         else:
             q_n = draft_probs[rows, n_draft].float()
-        weights = torch.where((n < num_drafts)[:, None], (p_n - q_n).clamp(min=0), p_n)
+        if block:  # the residual of p_tau Mb against Ms, in float64 like p_tau
+            residual = (weight_at_tau * p_n.double() - q_n.double()).clamp(min=0).float()
+        else:
+            residual = (p_n - q_n).clamp(min=0)
+        weights = torch.where((n < num_real)[:, None], residual, p_n)
     token = race(weights, exponentials)
-    if draft_probs is not None and not naive:
+    if draft_probs is not None and method != "naive":
         # Rounding can leave the residual without mass (p == q up to an ulp): draw from p then.
         # A one-hot draft cannot get here: its x is rejected only when p(x) < 1, and then some
         # other token has p > 0.
@@ -104,10 +201,10 @@ _rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
 
 
 def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials,
-              method: str, check_values: bool) -> None:
+              num_draft_tokens, method: str, check_values: bool) -> None:
     """Shape, dtype and device checks; host-side only, so they cost no device sync."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method not in REJECTION_SAMPLE_METHODS:
+        raise ValueError(f"method must be one of {REJECTION_SAMPLE_METHODS}, got {method!r}")
     if (not isinstance(target_logits, torch.Tensor) or target_logits.dim() != 3
             or not target_logits.is_floating_point()):
         raise ValueError(f"target_logits must be a float [B, K+1, V] tensor, got "
@@ -130,12 +227,24 @@ def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponential
     if draft_token_ids.device != device:
         raise ValueError(f"draft_token_ids is on {draft_token_ids.device}, "
                          f"target_logits on {device}")
-    # The range check reads the ids: free on the CPU, a device sync on an accelerator. There it
-    # is skipped rather than made a torch._assert_async, whose failure is a device-side assert
+    if num_draft_tokens is not None and (
+            not isinstance(num_draft_tokens, torch.Tensor)
+            or num_draft_tokens.dtype != torch.int64 or num_draft_tokens.shape != (batch_size,)
+            or num_draft_tokens.device != device):
+        raise ValueError(f"num_draft_tokens must be an int64 [B] = [{batch_size}] tensor on "
+                         f"{device}, got {getattr(num_draft_tokens, 'dtype', num_draft_tokens)}")
+    # The range checks read values: free on the CPU, a device sync on an accelerator. There they
+    # are skipped rather than made a torch._assert_async, whose failure is a device-side assert
     # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
     # over the same V anyway.
     if check_values and device.type == "cpu" and draft_token_ids.numel():
-        lowest, highest = torch.aminmax(draft_token_ids)
+        ids = draft_token_ids
+        if num_draft_tokens is not None:
+            if bool(((num_draft_tokens < 0) | (num_draft_tokens > num_drafts)).any()):
+                raise ValueError(f"num_draft_tokens must lie in [0, K] = [0, {num_drafts}]")
+            # Past a row's last draft the ids are never read: any value (-1) may stand there.
+            ids = ids.masked_fill(torch.arange(num_drafts) >= num_draft_tokens[:, None], 0)
+        lowest, highest = torch.aminmax(ids)
         if lowest < 0 or highest >= vocab_size:
             raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {vocab_size})")
     expected = {"draft_probs": (draft_probs, (batch_size, num_drafts, vocab_size)),
@@ -158,27 +267,38 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
                      top_p=None, uniforms: torch.Tensor | None = None,
                      exponentials: torch.Tensor | None = None,
                      generator: torch.Generator | None = None, method: str = "standard",
-                     compiled: bool = True, check_values: bool = True) -> RejectionOutput:
+                     compiled: bool = True, check_values: bool = True,
+                     num_draft_tokens: torch.Tensor | None = None) -> RejectionOutput:
     """Verify K drafts per request against the target; see the module docstring for the rule.
 
     target_logits [B, K+1, V] (raw), draft_token_ids int64 [B, K], draft_probs [B, K, V] exactly
     as the drafts were drawn (None: a one-hot, greedy draft). temperature / top_k / top_p: a
     scalar or a [B] tensor each. uniforms float64 [B, K] and exponentials float32 [B, V] are the
-    randomness; each is drawn from ``generator`` when None. ``compiled=False`` runs the same
-    tensor code eagerly. ``check_values=False`` skips reading tensor arguments' values (the
-    draft-id range, per-row parameters) for a caller that validated them once, like the decode
-    loop, whose ids come from an argmax or a sample over the same V. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and
-    num_accepted [B].
+    randomness; each is drawn from ``generator`` when None. ``method``: one of
+    REJECTION_SAMPLE_METHODS. ``num_draft_tokens`` int64 [B] (None: K each) gives rows with
+    fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never read. L_b may depend on
+    the drafts and on anything before this call, but not on this call's uniforms.
+    ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` skips reading
+    tensor arguments' values (the draft-id range, per-row parameters) for a caller that
+    validated them once, like the decode loop, whose ids come from an argmax or a sample over
+    the same V. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
-    _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials, method, check_values)
+    _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials,
+              num_draft_tokens, method, check_values)
     batch_size, num_drafts = draft_token_ids.shape
     vocab_size = target_logits.shape[-1]
     device = target_logits.device
+    if method == "block" and (draft_probs is None or (not isinstance(temperature, torch.Tensor)
+                                                      and temperature == 0)):
+        # One-hot drafts and greedy targets: block verification accepts exactly as the
+        # token-wise rule does (its p_i is then the product of per-token acceptances), so the
+        # token-wise rule serves, without block's extra reductions.
+        method = "standard"
     params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
     if uniforms is None:
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, device)
     core = _rejection_compiled if compiled else _rejection_core
-    return core(target_logits, draft_token_ids, draft_probs, *params,
-                uniforms.double(), exponentials.float(), method == "naive")
+    return core(target_logits, draft_token_ids, draft_probs, *params, uniforms.double(),
+                exponentials.float(), num_draft_tokens, method)

@@ -106,7 +106,8 @@ def shared_shape(num_drafts: int, vocab_size: int) -> dict | None:
 
 
 def pad_to_shape(shape: dict, target_logits, draft_token_ids, draft_probs, uniforms,
-                 exponentials, temperature=1.0, top_k=None, top_p=None) -> dict:
+                 exponentials, temperature=1.0, top_k=None, top_p=None,
+                 num_draft_tokens=None) -> dict:
     """The rejection_sample arguments of a small problem, padded to ``shape``. When any filter
     is on, both become [B] tensors (0 and 1.0 meaning off), so one filtering graph serves all."""
     batch_size = draft_token_ids.shape[0]
@@ -131,16 +132,17 @@ def pad_to_shape(shape: dict, target_logits, draft_token_ids, draft_probs, unifo
         draft_probs=None if draft_probs is None else rows(pad(draft_probs, (0, extra_vocab))),
         uniforms=rows(uniforms),
         exponentials=rows(pad(exponentials, (0, extra_vocab), value=1.0)),
-        temperature=rows(temperature), top_k=rows(top_k), top_p=rows(top_p))
+        temperature=rows(temperature), top_k=rows(top_k), top_p=rows(top_p),
+        num_draft_tokens=rows(num_draft_tokens))
 
 
 def all_implementations(target_logits, draft_token_ids, draft_probs=None, *, uniforms,
                         exponentials, temperature=1.0, top_k=None, top_p=None,
-                        method="standard") -> sampling.RejectionOutput:
+                        method="standard", num_draft_tokens=None) -> sampling.RejectionOutput:
     """Run the compiled sampler (padded to a shared shape), the same code eagerly and the
     plain reference; assert that all three agree exactly and return the result."""
     kwargs = dict(uniforms=uniforms, exponentials=exponentials, temperature=temperature,
-                  top_k=top_k, top_p=top_p)
+                  top_k=top_k, top_p=top_p, num_draft_tokens=num_draft_tokens)
     batch_size, num_drafts = draft_token_ids.shape
     shape = shared_shape(num_drafts, target_logits.shape[-1])
     assert shape is not None, "pick K and V to fit a shared shape, or compile a new graph"

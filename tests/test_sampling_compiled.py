@@ -85,17 +85,24 @@ def test_large_vocabulary_compiled_equals_plain():
 
 def test_no_graph_breaks():
     """One graph, no breaks, for the rejection core with and without draft_probs, with and
-    without filters, and for the sample core (Dynamo tracing only, nothing is compiled)."""
+    without filters, with and without short proposals, for both exact rules, and for the sample
+    core (Dynamo tracing only, nothing is compiled)."""
     gen = torch.Generator().manual_seed(5)
     batch = _random_batch(gen, 4, K, V, filters=True)
     params = sampling.constraints.normalize_params(
         batch["temperature"], batch["top_k"], batch["top_p"], 4, torch.device("cpu"))
-    for draft_probs in (batch["draft_probs"], None):
-        for filters in (params.top_k, params.top_p), (None, None):
-            explained = torch._dynamo.explain(_rejection_core)(
-                batch["target_logits"], batch["draft_token_ids"], draft_probs,
-                params.temperature, *filters, batch["uniforms"], batch["exponentials"], False)
-            assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    num_drafts = torch.tensor([0, 1, 2, K])
+    variants = [(draft_probs, filters, short, "standard")
+                for draft_probs in (batch["draft_probs"], None)
+                for filters in ((params.top_k, params.top_p), (None, None))
+                for short in (None, num_drafts)]
+    variants += [(batch["draft_probs"], (None, None), short, "block")
+                 for short in (None, num_drafts)]
+    for draft_probs, filters, short, method in variants:
+        explained = torch._dynamo.explain(_rejection_core)(
+            batch["target_logits"], batch["draft_token_ids"], draft_probs, params.temperature,
+            *filters, batch["uniforms"], batch["exponentials"], short, method)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     explained = torch._dynamo.explain(_sample_core)(
         batch["target_logits"][:, 0], *params, batch["exponentials"])
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)

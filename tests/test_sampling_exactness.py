@@ -37,6 +37,7 @@ class Case:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    stop: str | None = None  # a name in STOPS: rows propose fewer than K drafts
     target: list = field(init=False)  # the constrained p the output must follow
 
     def __post_init__(self):
@@ -86,6 +87,18 @@ def _cases() -> list[Case]:
 
 CASES = _cases()
 
+# Draft-dependent early stops, each as (prefix -> stop drafting here?, the same rule on a batch of
+# drafts [N, K] -> num_draft_tokens [N]). They depend on the drafts only, never on the
+# verification's noise, as exactness requires.
+STOPS = {
+    "after a 0": (lambda prefix: bool(prefix) and prefix[-1] == 0,
+                  lambda drafts: torch.where((drafts == 0).any(-1),
+                                             (drafts == 0).long().argmax(-1) + 1, K)),
+    "two drafts": (lambda prefix: len(prefix) == 2,
+                   lambda drafts: torch.full_like(drafts[:, 0], 2)),
+    "no drafts": (lambda prefix: True, lambda drafts: torch.zeros_like(drafts[:, 0])),
+}
+
 
 @dataclass
 class Tally:
@@ -95,7 +108,8 @@ class Tally:
 
 def _run(cases: list[Case], one_hot: bool, method: str = "standard") -> Tally:
     """Run every case's draws through sampling.rejection_sample in CHUNK-row calls (one shape,
-    so one compiled graph per variant: filters on or off, method) and tally the output."""
+    so one compiled graph per variant: filters on or off, method, short proposals or not) and
+    tally the output."""
     gen = torch.Generator().manual_seed(7 + one_hot)
     case_of_row = torch.cat([torch.full((c.draws,), i) for i, c in enumerate(cases)])
     logits = torch.stack([torch.stack([as_logits(p) for p in c.p]) for c in cases])
@@ -123,11 +137,21 @@ def _run(cases: list[Case], one_hot: bool, method: str = "standard") -> Tally:
         else:  # x_j ~ q_j by inverse CDF
             u = torch.rand(CHUNK, K, 1, dtype=torch.float64, generator=gen)
             drafts, draft_probs = (u >= q_cdf[case]).sum(-1), q[case]
+        short = {}
+        if any(c.stop for c in cases):  # past its last draft a row holds the placeholder id
+            num_drafts = torch.full_like(case, K)
+            for i, c in enumerate(cases):
+                if c.stop:
+                    num_drafts[case == i] = STOPS[c.stop][1](drafts[case == i])
+            drafts = drafts.masked_fill(torch.arange(K) >= num_drafts[:, None],
+                                        sampling.PLACEHOLDER_TOKEN_ID)
+            short = dict(num_draft_tokens=num_drafts)
         out = sampling.rejection_sample(
             logits[case], drafts, draft_probs, temperature=params["temperature"][case],
             **{name: value[case] for name, value in filters.items()},
             uniforms=torch.rand(CHUNK, K, dtype=torch.float64, generator=gen),
-            exponentials=torch.empty(CHUNK, V).exponential_(generator=gen), method=method)
+            exponentials=torch.empty(CHUNK, V).exponential_(generator=gen), method=method,
+            **short)
         case, tokens, n = case[:valid], out.token_ids[:valid], out.num_accepted[:valid]
         emitted = tokens >= 0
         cell = (case[:, None] * (K + 1) + torch.arange(K + 1)) * V + tokens

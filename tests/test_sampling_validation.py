@@ -40,6 +40,13 @@ def _args(**overrides):
     (dict(uniforms=torch.rand(B, K + 1, dtype=torch.float64)), "uniforms"),
     (dict(exponentials=torch.rand(B, V - 1)), "exponentials"),
     (dict(method="greedy"), "method"),
+    (dict(num_draft_tokens=torch.tensor([K, K + 1])), "num_draft_tokens"),
+    (dict(num_draft_tokens=torch.tensor([-1, 0])), "num_draft_tokens"),
+    (dict(num_draft_tokens=torch.tensor([1.0, 2.0])), "num_draft_tokens"),
+    (dict(num_draft_tokens=torch.tensor([K])), "num_draft_tokens"),
+    (dict(num_draft_tokens=[K, K]), "num_draft_tokens"),
+    (dict(num_draft_tokens=torch.tensor([1, K]),
+          draft_token_ids=torch.tensor([[0, -1, -1], [0, 0, -1]])), "draft_token_ids"),
 ])
 def test_rejection_sample_rejects_bad_arguments(overrides, name):
     with pytest.raises(ValueError, match=name):
@@ -60,3 +67,11 @@ def test_sample_rejects_bad_arguments(kwargs, name):
 def test_valid_arguments_pass_validation_without_compiling():
     out = rejection_sample(**_args(), compiled=False, generator=torch.Generator().manual_seed(0))
     assert out.token_ids.shape == (B, K + 1) and out.num_accepted.shape == (B,)
+
+
+def test_ids_past_a_rows_last_draft_are_not_checked():
+    """The placeholder (or any id) may stand past num_draft_tokens."""
+    args = _args(draft_token_ids=torch.tensor([[0, -1, -1], [0, 0, V + 5]]))
+    out = rejection_sample(**args, num_draft_tokens=torch.tensor([1, 2]), method="block",
+                           compiled=False, generator=torch.Generator().manual_seed(0))
+    assert (out.num_accepted <= torch.tensor([1, 2])).all()

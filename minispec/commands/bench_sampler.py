@@ -2,7 +2,8 @@
 
     python -m minispec bench-sampler [--out results] [--device cpu] [--repeats 7]
 
-For each size (B, K, V) and draft kind it times, warm, as the median of --repeats calls (the
+For each size (B, K, V) and draft kind (one-hot, probabilistic, and probabilistic verified
+with method="block") it times, warm, as the median of --repeats calls (the
 contenders take turns, so load from other processes falls on all of them alike):
 - compiled: sampling.rejection_sample, the default torch.compile(fullgraph=True) path;
 - eager: the same tensor code run without compiling (compiled=False);
@@ -69,12 +70,18 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+# (one-hot draft, method): block verification with a one-hot draft runs the token-wise rule.
+KINDS = [(True, "standard"), (False, "standard"), (False, "block")]
+
+
 def measure(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
-            device: torch.device, repeats: int) -> dict:
+            device: torch.device, repeats: int, method: str = "standard") -> dict:
     args = _inputs(batch_size, num_drafts, vocab_size, one_hot, device)
     tensors = [t for t in args.values() if t is not None]
+    args["method"] = method
     row = dict(B=batch_size, K=num_drafts, V=vocab_size,
-               draft="one-hot" if one_hot else "probabilistic",
+               draft=("one-hot" if one_hot else "probabilistic")
+               + (", block" if method == "block" else ""),
                input_mb=sum(t.numel() * t.element_size() for t in tensors) / 2**20)
     row["compile_s"] = _timed(lambda: rejection_sample(**args), device)
     contenders = {
@@ -83,7 +90,7 @@ def measure(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
         "floor": lambda: [t.sum() for t in tensors],
     }
     if batch_size * (num_drafts + 1) * vocab_size <= PLAIN_MAX_LOGITS:
-        cpu = {k: None if v is None else v.cpu() for k, v in args.items()}
+        cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
         contenders["plain"] = lambda: reference.rejection_sample(  # noqa: E731
             **cpu, temperature=1.0, top_k=None, top_p=None)
     # Interleaved, so that a burst of load from other processes (this is often a shared
@@ -182,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{threads} thread(s)\n{HEADER}", flush=True)
         rows = []
         for size in SIZES:
-            for one_hot in (True, False):
-                rows.append(measure(*size, one_hot=one_hot, device=device, repeats=args.repeats))
+            for one_hot, method in KINDS:
+                rows.append(measure(*size, one_hot=one_hot, device=device, repeats=args.repeats,
+                                    method=method))
                 print(format_row(rows[-1]), flush=True)
         run = dict(threads=threads, rows=rows, goals=goals(rows))
         print("\n".join(run["goals"]) + "\n", flush=True)

@@ -1,0 +1,146 @@
+"""The exact law of one verification round, by enumerating every draft block.
+
+Tables, not models: ``target(prefix)`` and ``draft(prefix)`` return Mb(. | prefix) and
+Ms(. | prefix), the next-token distributions after a tuple of drafted tokens, as sequences of
+numbers. With ``fractions.Fraction`` entries every figure is exact: the tests hold both rules
+to the target's law with zero error on small tables, and ``make verify`` prints the toy
+example's expected accepted drafts (10/9 token-wise, 11/9 block, 12/9 at best) from here.
+
+A rule maps one draft block X_1..X_L to its outcomes: for t = 0..L, the probability that the
+round keeps X_1..X_t and the (unnormalised) weights of the token Y it then draws. Nothing here
+is shared with the tensor sampler; it is the paper's rule written with whole distributions.
+"""
+
+from itertools import product
+from typing import Callable, Sequence
+
+Table = Callable[[tuple], Sequence]  # prefix of drafted tokens -> next-token distribution
+Outcomes = list[tuple[object, Sequence]]  # per t: P(keep exactly t drafts), Y's weights
+
+
+def residual(weight, p: Sequence, q: Sequence) -> list:
+    """max(weight * p - q, 0), entry by entry."""
+    return [max(weight * p_x - q_x, 0) for p_x, q_x in zip(p, q)]
+
+
+def token_wise(target: Table, draft: Table, drafts: tuple) -> Outcomes:
+    """Leviathan et al.: accept X_i with probability min(1, Mb(X_i) / Ms(X_i)) until the first
+    rejection, then draw from max(Mb - Ms, 0); after all L, the bonus from Mb."""
+    outcomes, reach = [], 1
+    for i, x in enumerate(drafts):
+        p, q = target(drafts[:i]), draft(drafts[:i])
+        accept = min(1, p[x] / q[x])
+        outcomes.append((reach * (1 - accept), residual(1, p, q)))
+        reach *= accept
+    return outcomes + [(reach, list(target(drafts)))]
+
+
+def block_weights(target: Table, draft: Table, drafts: tuple) -> list:
+    """p_0 = 1, p_i = min(1, p_{i-1} Mb(X_i | X^{i-1}) / Ms(X_i | X^{i-1})): [p_0..p_L]."""
+    weights = [1]
+    for i, x in enumerate(drafts):
+        weights.append(min(1, weights[-1] * target(drafts[:i])[x] / draft(drafts[:i])[x]))
+    return weights
+
+
+def block_thresholds(target: Table, draft: Table, drafts: tuple, weights: list) -> list:
+    """h_0 = 1 (tau = 0 always qualifies), h_i = r_i / (r_i + 1 - p_i) for 0 < i < L (1 when
+    that is 0 / 0), h_L = p_L."""
+    thresholds = [1]
+    for i in range(1, len(drafts)):
+        mass = sum(residual(weights[i], target(drafts[:i]), draft(drafts[:i])))
+        denominator = mass + 1 - weights[i]
+        thresholds.append(mass / denominator if denominator else 1)
+    return thresholds + [weights[-1]] if drafts else thresholds
+
+
+def last_passing(thresholds: list) -> list:
+    """P(tau = t) for tau = the LAST t with eta_t <= h_t: h_t prod_{j > t} (1 - h_j)."""
+    law, later_fail = [0] * len(thresholds), 1
+    for t in reversed(range(len(thresholds))):
+        law[t] = thresholds[t] * later_fail
+        later_fail *= 1 - thresholds[t]
+    return law
+
+
+def block(target: Table, draft: Table, drafts: tuple) -> Outcomes:
+    """Sun et al. 2024 (arXiv 2403.10444), Algorithm 2: keep X^tau, then draw Y from
+    max(p_tau Mb(. | X^tau) - Ms(. | X^tau), 0), or from Mb(. | X^L) if tau = L."""
+    weights = block_weights(target, draft, drafts)
+    lengths = last_passing(block_thresholds(target, draft, drafts, weights))
+    return [(lengths[t], residual(weights[t], target(drafts[:t]), draft(drafts[:t]))
+             if t < len(drafts) else list(target(drafts))) for t in range(len(drafts) + 1)]
+
+
+RULES = {"standard": token_wise, "block": block}
+
+
+def draft_blocks(draft: Table, num_drafts: int, vocab_size: int,
+                 stop: Callable[[tuple], bool] | None = None):
+    """Every draft block with positive probability, as (X^L, prod_i Ms(X_i | X^{i-1})). The
+    drafter stops after L = the first length whose prefix satisfies ``stop``, or at K."""
+    for block_ in product(range(vocab_size), repeat=num_drafts):
+        length = next((i for i in range(num_drafts) if stop and stop(block_[:i])), num_drafts)
+        if length < num_drafts and block_[length:] != (0,) * (num_drafts - length):
+            continue  # one representative per short block: its trailing ids are unused
+        prob = 1
+        for i in range(length):
+            prob *= draft(block_[:i])[block_[i]]
+        if prob:
+            yield block_[:length], prob
+
+
+def round_law(target: Table, draft: Table, num_drafts: int, vocab_size: int,
+              rule: Callable = block, stop: Callable[[tuple], bool] | None = None) -> dict:
+    """P(the round emits exactly this tuple: the kept drafts, then Y), over all draft blocks."""
+    law: dict = {}
+    for drafts, prob in draft_blocks(draft, num_drafts, vocab_size, stop):
+        for t, (keep, weights) in enumerate(rule(target, draft, drafts)):
+            if not prob * keep:
+                continue
+            total = sum(weights)
+            if not total:
+                raise ZeroDivisionError(f"no mass to draw Y from after {drafts[:t]}")
+            for y, w in enumerate(weights):
+                if w:
+                    emitted = drafts[:t] + (y,)
+                    law[emitted] = law.get(emitted, 0) + prob * keep * w / total
+    return law
+
+
+def completed_law(law: dict, target: Table, length: int) -> dict:
+    """The law of the first ``length`` tokens when the target continues after the round. An
+    exact rule gives the target's own law, ``target_law(target, length)``."""
+    done: dict = {}
+    for emitted, prob in law.items():
+        for tail in product(range(len(target(()))), repeat=length - len(emitted)):
+            sequence, p = emitted, prob
+            for y in tail:
+                p *= target(sequence)[y]
+                sequence += (y,)
+            if p:
+                done[sequence] = done.get(sequence, 0) + p
+    return done
+
+
+def target_law(target: Table, length: int) -> dict:
+    return completed_law({(): 1}, target, length)
+
+
+def expected_accepted(law: dict):
+    """E[number of accepted drafts]: each emitted tuple is the kept drafts plus one token."""
+    return sum(prob * (len(emitted) - 1) for emitted, prob in law.items())
+
+
+def optimum_accepted(target: Table, draft: Table, num_drafts: int, vocab_size: int):
+    """sum_i sum_{x^i} min(Mb(x^i), Ms(x^i)): no exact rule accepts more in expectation, since
+    keeping the first i drafts equal to x^i is an event of both laws at once."""
+    total = 0
+    for i in range(1, num_drafts + 1):
+        for prefix in product(range(vocab_size), repeat=i):
+            big = small = 1
+            for j, x in enumerate(prefix):
+                big *= target(prefix[:j])[x]
+                small *= draft(prefix[:j])[x]
+            total += min(big, small)
+    return total
