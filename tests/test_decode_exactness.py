@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import minispec.decode as decode
+import minispec.round
 from _enumerate import chi_square, chi_square_sf, perturbed_copy, random_gpt, sequence_law
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.decode import SpeculativeDecoder
@@ -170,12 +170,12 @@ def test_naive_rule_fails_the_same_test(method: str, k: int, top_k: int, top_p: 
 def test_a_drafter_breaking_the_q_contract_fails_the_same_test(monkeypatch: pytest.MonkeyPatch) -> None:
     """Power: a probabilistic drafter that samples under top-k but passes on the unfiltered
     softmax as draft_probs (the bug of transformers issue 47932) biases the output."""
-    real_sample = decode.sample
+    real_sample = minispec.round.sample
 
     def unfiltered_q(logits: torch.Tensor, **kwargs) -> SampleOutput:
         return SampleOutput(real_sample(logits, **kwargs).token_ids, logits.float().softmax(-1))
 
-    monkeypatch.setattr(decode, "sample", unfiltered_q)
+    monkeypatch.setattr(minispec.round, "sample", unfiltered_q)
     groups = [(p, SamplingParams(1.0, top_k=3)) for p in PROMPTS]
     assert fit_p_value(SpeculativeConfig(1, "probabilistic"), groups, seed_base=60_000_000) < FALSE_ALARM
 

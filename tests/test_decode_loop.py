@@ -14,9 +14,13 @@ import pytest
 import torch
 
 import minispec.decode as decode
+import minispec.rng
+import minispec.round
+import minispec.state
 from _enumerate import full_logits, perturbed_copy, random_gpt
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
-from minispec.decode import GenerationOutput, LoopState, SpeculativeDecoder, advance
+from minispec.decode import GenerationOutput, SpeculativeDecoder
+from minispec.state import LoopState, advance
 from minispec.params import SamplingParams, SpeculativeConfig
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
@@ -146,7 +150,7 @@ def test_each_row_stops_right_after_its_first_eos() -> None:
 
 
 class Recorder:
-    """Wraps a decoder's model forward and logs (model, tokens, positions, logits) per call."""
+    """Wraps a model's forward and logs (model, tokens, positions, logits) per call."""
 
     def __init__(self, name: str, forward, log: list) -> None:
         self.name, self.forward, self.log = name, forward, log
@@ -194,12 +198,13 @@ def run_recorded(decoder: SpeculativeDecoder, k: int,
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
     log: list = []
-    decoder.target_forward = Recorder("target", decoder.target_forward, log)
-    draft_forward = Recorder("draft", decoder.draft_forward, log)
-    decoder.draft_forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
+    decoder.target.forward = Recorder("target", decoder.target.forward, log)
+    draft_forward = Recorder("draft", decoder.draft.forward, log)
+    decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
     prompts = [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
     params = [SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m) for i, m in enumerate([14, 9, 12])]
     out = decoder.generate(prompts, params, SpeculativeConfig(k, "probabilistic"))
+    del decoder.target.forward, decoder.draft.forward  # back to the models' own forward
     return prompts, out, log
 
 
@@ -260,16 +265,18 @@ HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__",
 
 @pytest.mark.parametrize("k", [0, 3])
 def test_the_loop_reads_the_device_once_per_round(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Count every tensor-to-host read made by minispec/decode.py inside generate's rounds
-    (prefill and the final stats copy are outside them). sampling/ checks its CPU inputs'
-    values on the host, which it skips on an accelerator, so reads made there do not count."""
+    """Count every tensor-to-host read made by the loop's modules (minispec/decode.py, round.py,
+    state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
+    them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
+    tells it, so reads made there do not count."""
     reads: list[str] = []
+    loop_files = {m.__file__ for m in (decode, minispec.round, minispec.state, minispec.rng)}
     for name in HOST_READS:
         method = getattr(torch.Tensor, name)
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            if caller.co_filename == decode.__file__ and caller.co_name not in ("prefill", "_collect"):
+            if caller.co_filename in loop_files and caller.co_name not in ("prefill", "collect"):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
 

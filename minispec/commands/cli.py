@@ -146,7 +146,7 @@ def run_decode(argv: list[str]) -> int:
                                for p, t, ids, o in zip(prompts, result.texts, result.token_ids, result.origins)],
                   "stats": stats.to_dict(), "time_to_first_token_s": streamer.first_token_at}
         if baseline:
-            c = stats.cost_ratio(baseline.stats.target_forward_time)
+            c = stats.cost_ratio()
             report["baseline_stats"] = baseline.stats.to_dict()
             report["speedup"] = stats.tokens_per_second / baseline.stats.tokens_per_second
             report["stats"]["c"] = c
