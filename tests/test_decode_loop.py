@@ -21,7 +21,7 @@ from _enumerate import full_logits, perturbed_copy, random_gpt
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.state import LoopState, advance
-from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
 
@@ -332,16 +332,56 @@ def test_no_compile_means_no_compiled_sampler(monkeypatch: pytest.MonkeyPatch) -
 # The compiled path
 
 
-def test_compiled_loop_runs_fullgraph_and_matches_eager() -> None:
-    """One small compiled run (every step function under torch.compile(fullgraph=True), the
-    sampler's graphs too): same tokens as the eager loop, and a second call recompiles nothing."""
-    target, draft = pair(vocab=16, max_seq_len=16)
+def float64_pair() -> tuple[GPT, GPT]:
+    target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
+    return target, perturbed_copy(target, 4, mix=0.3)
+
+
+@pytest.mark.parametrize("k,method", [(0, "greedy"), (2, "greedy"), (3, "probabilistic")])
+def test_the_round_is_one_graph(k: int, method: str) -> None:
+    """Dynamo traces the whole round (noise, draft steps, verify, sampler, advance) as one
+    graph with no break, K = 0 included (tracing only: nothing is compiled)."""
+    decoder = SpeculativeDecoder(*float64_pair(), compile=False)
+    params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
+    state = decoder.prefill([[1, 2], [3, 4, 5]], params, k)
+    explained = torch._dynamo.explain(minispec.round.speculative_round)(
+        decoder.target, decoder.proposer, state, row_constraints(params, decoder.device),
+        num_speculative_tokens=k, draft_sample_method=method, rejection_sample_method="standard",
+        eos_token_id=EOS_TOKEN_ID)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+def test_compiled_round_matches_eager_and_never_recompiles() -> None:
+    """The round under torch.compile(fullgraph=True) gives the eager round's tokens on a tiny
+    float64 pair (a greedy and a random row, a probabilistic drafter); it compiles one graph,
+    and later rounds and calls of the same shape reuse it: one compiled call (one guard check)
+    and one host read per round."""
+    target, draft = float64_pair()
     prompts = [[1, 2], [3, 4, 5]]
-    params = lambda: [SamplingParams(temperature=1.0, seed=5 + i, max_new_tokens=6) for i in range(2)]  # noqa: E731
-    spec = SpeculativeConfig(1, "greedy")
+    params = lambda: [SamplingParams(temperature=t, seed=5, max_new_tokens=6)  # noqa: E731
+                      for t in (0.0, 1.0)]
+    spec = SpeculativeConfig(2, "probabilistic")
     eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
     compiled = SpeculativeDecoder(target, draft, compile=True)
+    torch._dynamo.utils.counters.clear()
     first = compiled.generate(prompts, params(), spec)
     assert first.token_ids == eager.token_ids
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert not torch._dynamo.utils.counters["graph_break"]
     with torch._dynamo.config.patch(error_on_recompile=True):
-        assert compiled.generate(prompts, params(), spec).token_ids == eager.token_ids
+        again = compiled.generate(prompts, params(), spec)
+    assert again.token_ids == eager.token_ids
+    stats = again.stats
+    assert stats.batch_rounds > 1
+    assert stats.compiled_calls == stats.host_syncs == stats.batch_rounds
+
+
+def test_a_tiny_temperature_is_greedy_not_nan() -> None:
+    """temperature 1e-39 (1 / T overflows float32) behaves as its limit, greedy decoding:
+    same tokens as temperature 0, and a finite alpha."""
+    decoder = SpeculativeDecoder(*float64_pair(), compile=False)
+    spec = SpeculativeConfig(2, "probabilistic")
+    out = {t: decoder.generate([[1, 2]], [SamplingParams(temperature=t, seed=1, max_new_tokens=8)],
+                               spec) for t in (0.0, 1e-39)}
+    assert out[1e-39].token_ids == out[0.0].token_ids
+    assert out[1e-39].stats.alpha == pytest.approx(out[0.0].stats.alpha)
