@@ -4,7 +4,7 @@ Every distinct input shape (and static argument: K, the methods) of a compiled c
 own graph: we compile with dynamic=False so that each shape gets a static, fully specialised
 kernel. The first call with a new shape is where Inductor spends seconds to a minute generating
 and building C++ (or Triton); this wrapper prints a line before it and the time after it, and
-counts the calls, each of which is one guard check.
+each call of a compiled function is one guard check.
 """
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ class Announced:
 
     def __init__(self, fn: Callable, name: str, announce: bool, cuda_graphs: bool = False) -> None:
         self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
-        self.calls = 0
+
+    @property
+    def compiled(self) -> bool:
+        return self.announce  # compiled graphs are announced; eager code is not
 
     def __call__(self, *args, **kwargs):
-        self.calls += 1
         key = (self.name, *describe(args, kwargs))
         if not self.announce or key in Announced.seen:
             return self.run(*args, **kwargs)

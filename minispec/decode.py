@@ -137,7 +137,8 @@ class SpeculativeDecoder:
             start = time.perf_counter()
             state, snapshot = run_round(state, constraints)
             rows = snapshot.tolist()  # the round's one host read
-            stats.count_round(time.perf_counter() - start, host_reads=1, compiled_calls=1)
+            stats.count_round(time.perf_counter() - start, host_reads=1,
+                              compiled_calls=int(self.round.compiled))
             start = time.perf_counter()
             done = self.emit(rows, k, outputs, origins, on_tokens)
             stats.time_emit += time.perf_counter() - start

@@ -50,7 +50,8 @@ class SpeculativeConfig:
     def validate(self) -> None:
         k = self.num_speculative_tokens
         if not (isinstance(k, int) and 0 <= k <= MAX_SPECULATIVE_TOKENS):
-            raise ValueError(f"num_speculative_tokens must be an int in [0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
+            raise ValueError(f"num_speculative_tokens must be an int in "
+                             f"[0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
         if self.draft_sample_method not in DRAFT_SAMPLE_METHODS:
             raise ValueError(f"unknown draft_sample_method {self.draft_sample_method!r}; "
                              f"choose from {', '.join(DRAFT_SAMPLE_METHODS)}")

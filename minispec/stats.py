@@ -117,7 +117,7 @@ class DecodeStats:
                       + " ".join(f"{a:.2f}" for a in self.per_position_acceptance)]
         lines += [f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
                   f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
-                  f"  compiled calls per round     {self.per_round(self.compiled_calls):.2f}",
+                  f"  guard checks per round       {self.per_round(self.compiled_calls):.2f}",
                   f"  time per round               {1e3 * self.round_time:.2f} ms "
                   f"(+ {1e3 * self.per_round(self.time_emit):.2f} ms handing tokens out)"]
         if k and self.cost_ratio() is not None:

@@ -360,7 +360,7 @@ def test_compiled_round_matches_eager_and_never_recompiles() -> None:
     prompts = [[1, 2], [3, 4, 5]]
     params = lambda: [SamplingParams(temperature=t, seed=5, max_new_tokens=6)  # noqa: E731
                       for t in (0.0, 1.0)]
-    spec = SpeculativeConfig(2, "probabilistic")
+    spec = SpeculativeConfig(1, "probabilistic")
     eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
     compiled = SpeculativeDecoder(target, draft, compile=True)
     torch._dynamo.utils.counters.clear()
