@@ -19,9 +19,9 @@ from sampling.constraints import COMPILE_OPTIONS
 
 
 def describe(args: tuple, kwargs: dict) -> tuple:
-    """The shapes of the tensors in args and the values of the other kwargs: a graph's key."""
-    shapes = tuple("x".join(map(str, t.shape)) for t in tree_leaves(args)
-                   if isinstance(t, torch.Tensor))
+    """The distinct shapes of the tensors in args and the other kwargs' values: a graph's key."""
+    shapes = tuple(dict.fromkeys("x".join(map(str, t.shape)) for t in tree_leaves(args)
+                                 if isinstance(t, torch.Tensor)))  # distinct, in order
     statics = tuple(f"{k}={v}" for k, v in sorted(kwargs.items())
                     if not isinstance(v, torch.Tensor))
     return shapes + statics

@@ -73,11 +73,14 @@ SHIPPED_PROMPTS = ["import os\n\n\ndef ", "def add(a, b):\n    return", "import 
 @pytest.mark.skipif(not (CHECKPOINTS / "target.safetensors").is_file()
                     or not (CHECKPOINTS / "draft.safetensors").is_file(),
                     reason="the shipped pair (checkpoints/*.safetensors) is not trained yet")
-def test_greedy_shipped_pair_speculative_equals_target_only() -> None:
-    """float32: a batched (K+1)-token verify may round differently from a 1-token step and so
-    could, in principle, flip a near-tie between two logits (GUIDE.md section 4). If this ever
-    fails, look at the logit gap at the first differing position before doubting the loop."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_shipped_pair_speculative_equals_target_only(dtype: torch.dtype) -> None:
+    """float32, and bfloat16 weights (the target is then the bfloat16 model, for both runs): a
+    batched (K+1)-token verify may round differently from a 1-token step and so could, in
+    principle, flip a near-tie between two logits. If this ever fails, look at the logit gap at
+    the first differing position before doubting the loop."""
     target, draft = load_pair(CHECKPOINTS / "target.safetensors", CHECKPOINTS / "draft.safetensors")
+    target, draft = target.to(dtype), draft.to(dtype)
     decoder = SpeculativeDecoder(target, draft, compile=False)
     prompts = [tokenizer.encode(p) for p in SHIPPED_PROMPTS]
     params = lambda: [SamplingParams(temperature=0.0, max_new_tokens=40) for _ in prompts]  # noqa: E731
