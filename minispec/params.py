@@ -69,4 +69,5 @@ def row_constraints(params: list[SamplingParams], device: torch.device) -> RowCo
     return normalize_params(
         torch.tensor([p.temperature for p in params], dtype=torch.float32),
         torch.tensor([p.top_k for p in params]) if any(p.top_k for p in params) else None,
-        top_p if any(p.top_p < 1 for p in params) else None, len(params), device)
+        top_p if any(p.top_p < 1 for p in params) else None, len(params), device,
+        check_values=False)  # each SamplingParams.validate() has checked them
