@@ -71,7 +71,8 @@ def normalize_params(temperature, top_k, top_p, batch_size: int,
         raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
     if isinstance(top_k, float) and not top_k.is_integer():
         raise ValueError(f"top_k must be an integer, got {top_k!r}")
-    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)", check_values)
+    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)",
+                 check_values)
     if top_k is not None:
         _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)", check_values)
     if top_p is not None:

@@ -214,11 +214,15 @@ def batch_rows(decoder, texts: list[str], best: dict[float, int], batch_sizes, m
             prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(b)]
             result = {"B": b, "temperature": temperature, "K": k}
             for kk in (0, k):
-                params = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new) for i in range(b)]
-                decoder.generate(prompts, [SamplingParams(temperature, seed=0, max_new_tokens=2)] * b, SpeculativeConfig(kk))
-                speeds = [decoder.generate(prompts, params, SpeculativeConfig(kk)).stats.tokens_per_second
-                          for _ in range(repeats)]
-                result["tokens_per_s_K0" if kk == 0 else "tokens_per_s_spec"] = statistics.median(speeds)
+                params = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new)
+                          for i in range(b)]
+                warm = [SamplingParams(temperature, seed=0, max_new_tokens=2)] * b
+                decoder.generate(prompts, warm, SpeculativeConfig(kk))
+                runs = [decoder.generate(prompts, params, SpeculativeConfig(kk))
+                        for _ in range(repeats)]
+                speeds = [run.stats.tokens_per_second for run in runs]
+                name = "tokens_per_s_K0" if kk == 0 else "tokens_per_s_spec"
+                result[name] = statistics.median(speeds)
             result["speedup"] = result["tokens_per_s_spec"] / result["tokens_per_s_K0"]
             print(f"  B={b:>2} T={temperature} K={k}: {result['tokens_per_s_K0']:.1f} -> "
                   f"{result['tokens_per_s_spec']:.1f} tok/s ({result['speedup']:.2f}x)", flush=True)
@@ -233,8 +237,9 @@ def startup(device: str, max_new: int = 8) -> dict:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         for label in ("cold", "warm"):
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "minispec", "decode", "--json", "--temperature", "0",
-                                   "--max-new-tokens", str(max_new), "--device", device], env=env, capture_output=True, text=True)
+            command = [sys.executable, "-m", "minispec", "decode", "--json", "--temperature", "0",
+                       "--max-new-tokens", str(max_new), "--device", device]
+            proc = subprocess.run(command, env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode:
                 raise RuntimeError(f"decode failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -297,9 +302,11 @@ def chart(rows: list[dict], path: Path) -> str:
 def machine(device: str) -> dict:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("model name"))
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(),
             "threads": torch.get_num_threads(), "device": gpu or "cpu"}
 
 
@@ -346,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     c = None
     if "steps" not in skip:
         print("1. steps, B = 1", flush=True)
-        report["steps"] = s = steps(decoder, ks, max(2 * args.repeats, 5), 300 + args.max_new_tokens // 2)
+        live_tokens = 300 + args.max_new_tokens // 2  # a prompt, and half the new tokens
+        report["steps"] = s = steps(decoder, ks, max(2 * args.repeats, 5), live_tokens)
         c = s["draft"]["steps"]["1"]["median"] / s["target"]["steps"]["1"]["median"]
     print("2. end to end, B = 1, each row paired with K = 0\n" + HEADER, flush=True)
     report["end_to_end"] = rows = end_to_end(
@@ -404,8 +412,8 @@ def render_markdown(report: dict, text_chart: str) -> str:
         lines += [f"| {r['B']} | {r['temperature']:g} | {r['K']} | {r['tokens_per_s_K0']:.1f} | "
                   f"{r['tokens_per_s_spec']:.1f} | {r['speedup']:.2f}x |" for r in report["batch"]]
     if "startup" in report:
-        lines += ["\n## Start-up (decode to first token)\n", "| cache | first token s | process s |",
-                  "|---|---|---|"]
+        lines += ["\n## Start-up (decode to first token)\n",
+                  "| cache | first token s | process s |", "|---|---|---|"]
         lines += [f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
                   for k, v in report["startup"].items()]
     lines += ["\n## Speedup against K\n", "```", text_chart, "```"]
