@@ -8,7 +8,8 @@ Names are imported lazily, so `python -m minispec train` does not load the decod
 """
 from importlib import import_module
 
-_EXPORTS = {"generate": "minispec.api", "load_decoder": "minispec.api", "GenerateResult": "minispec.api",
+_EXPORTS = {"generate": "minispec.api", "load_decoder": "minispec.api",
+            "GenerateResult": "minispec.api",
             "SpeculativeDecoder": "minispec.decode", "GenerationOutput": "minispec.decode",
             "SamplingParams": "minispec.params", "SpeculativeConfig": "minispec.params"}
 __all__ = sorted(_EXPORTS)

@@ -1,10 +1,18 @@
-"""Request and speculation parameters, named as in vLLM's SamplingParams and SpeculativeConfig."""
+"""Request and speculation parameters, named as in vLLM's SamplingParams and SpeculativeConfig.
+
+A batch's SamplingParams become one RowConstraints (per-row tensors) once per generate() call;
+that one object goes from here to the sampler's kernels.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from sampling.constraints import RowConstraints, normalize_params
+from sampling.rejection import REJECTION_SAMPLE_METHODS
+
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
-REJECTION_SAMPLE_METHODS = ("standard", "naive")
 MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
 
 
@@ -42,10 +50,24 @@ class SpeculativeConfig:
     def validate(self) -> None:
         k = self.num_speculative_tokens
         if not (isinstance(k, int) and 0 <= k <= MAX_SPECULATIVE_TOKENS):
-            raise ValueError(f"num_speculative_tokens must be an int in [0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
+            raise ValueError(f"num_speculative_tokens must be an int in "
+                             f"[0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
         if self.draft_sample_method not in DRAFT_SAMPLE_METHODS:
             raise ValueError(f"unknown draft_sample_method {self.draft_sample_method!r}; "
                              f"choose from {', '.join(DRAFT_SAMPLE_METHODS)}")
         if self.rejection_sample_method not in REJECTION_SAMPLE_METHODS:
             raise ValueError(f"unknown rejection_sample_method {self.rejection_sample_method!r}; "
                              f"choose from {', '.join(REJECTION_SAMPLE_METHODS)}")
+
+
+def row_constraints(params: list[SamplingParams], device: torch.device) -> RowConstraints:
+    """The batch's temperature, top_k and top_p as [B] tensors on `device`; a filter no request
+    uses is None, so the sampler's graph leaves it out."""
+    # top_p stays float64, as the sampler's cumulative masses are: in float32, 0.9 would be
+    # 0.89999998 and cut off a token whose prefix mass lies between the two.
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float64)
+    return normalize_params(
+        torch.tensor([p.temperature for p in params], dtype=torch.float32),
+        torch.tensor([p.top_k for p in params]) if any(p.top_k for p in params) else None,
+        top_p if any(p.top_p < 1 for p in params) else None, len(params), device,
+        check_values=False)  # each SamplingParams.validate() has checked them

@@ -44,7 +44,8 @@ def hash_key(seeds: torch.Tensor, positions: torch.Tensor, stream: int) -> torch
 
 
 def uniform_float64(key: torch.Tensor) -> torch.Tensor:
-    """U[0, 1) with 53 random bits, from two hashes of `key` (float64, as the acceptance test uses)."""
+    """U[0, 1) with 53 random bits, from two hashes of `key` (float64, as the acceptance test
+    uses)."""
     a, b = mix32(key ^ 0x1234567), mix32(key ^ 0x7654321)
     return ((a >> 5) * 67108864 + (b >> 6)).double() / 9007199254740992.0  # (27 + 26 bits) / 2**53
 
@@ -61,9 +62,11 @@ def exponential_float32(key: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 def round_noise(seeds: torch.Tensor, start: torch.Tensor, num_speculative_tokens: int,
                 vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """All the randomness of one round for rows with `seeds` [B] whose first new token is at `start` [B].
+    """All the randomness of one round for rows with `seeds` [B] whose first new token is at
+    `start` [B].
 
-    Returns (draft exponentials [B, K, V], acceptance uniforms [B, K] float64, target exponentials [B, V]).
+    Returns (draft exponentials [B, K, V], acceptance uniforms [B, K] float64, target
+    exponentials [B, V]).
     """
     positions = start[:, None] + torch.arange(num_speculative_tokens, device=start.device)
     draft_noise = exponential_float32(hash_key(seeds[:, None], positions, STREAM_DRAFT), vocab_size)

@@ -1,4 +1,9 @@
-"""Decoding statistics and the paper's predictions, one name one meaning (GUIDE.md section 3)."""
+"""Decoding statistics and the paper's predictions: one name, one meaning.
+
+alpha is the mean over verified positions of sum_v min(p(v), q(v)) (Leviathan Cor. 3.6); the
+draft acceptance rate is accepted / drafted (vLLM's "acceptance rate", smaller than alpha); the
+mean acceptance length is 1 + accepted / rounds, which eq. (1) predicts.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,15 +30,23 @@ class DecodeStats:
     emitted: int = 0
     alpha_sum: float = 0.0  # sum over verified positions of sum_v min(p(v), q(v))
     alpha_count: int = 0
-    position_accepted: list[int] = field(default_factory=list)  # i -> rounds with the first i+1 accepted
+    position_accepted: list[int] = field(default_factory=list)  # i -> rounds, first i+1 accepted
     batch_rounds: int = 0  # loop iterations (one batched target forward each)
-    draft_calls: int = 0  # batched draft forwards
+    compiled_calls: int = 0  # calls into compiled code inside rounds: one guard check each
     host_syncs: int = 0  # device->host reads inside rounds, counted where they happen
-    time_draft: float = 0.0
-    time_verify: float = 0.0
-    time_sampler: float = 0.0
-    time_other: float = 0.0
     time_prefill: float = 0.0
+    time_round: float = 0.0  # the rounds themselves, each up to and including its host read
+    time_emit: float = 0.0  # handing tokens to the caller, streaming callback included
+    # One step of each model, timed apart from the loop (the round is one graph, so the loop
+    # cannot split it): filled in by SpeculativeDecoder.time_steps when asked for.
+    draft_step_time: float | None = None
+    target_step_time: float | None = None
+
+    def count_round(self, seconds: float, host_reads: int, compiled_calls: int) -> None:
+        self.batch_rounds += 1
+        self.time_round += seconds
+        self.host_syncs += host_reads
+        self.compiled_calls += compiled_calls
 
     @property
     def alpha(self) -> float | None:
@@ -57,26 +70,24 @@ class DecodeStats:
 
     @property
     def decode_time(self) -> float:
-        return self.time_draft + self.time_verify + self.time_sampler + self.time_other
+        return self.time_round + self.time_emit
 
     @property
     def tokens_per_second(self) -> float:
         return self.emitted / self.decode_time if self.decode_time else 0.0
 
     @property
-    def target_forward_time(self) -> float:
-        return self.time_verify / max(self.batch_rounds, 1)
+    def round_time(self) -> float:
+        return self.per_round(self.time_round)
 
-    @property
-    def draft_step_time(self) -> float | None:
-        return self.time_draft / self.draft_calls if self.draft_calls else None
+    def per_round(self, total: float) -> float:
+        return total / max(self.batch_rounds, 1)
 
-    def cost_ratio(self, target_step_time: float | None = None) -> float | None:
-        """c (Definition 3.7): one draft step over one target step. Without a K = 0 run to supply
-        the target's single-token step time, this run's (K+1)-token verify step stands in."""
-        if self.draft_step_time is None:
+    def cost_ratio(self) -> float | None:
+        """c (Definition 3.7): one draft step over one target step, when both were timed."""
+        if self.draft_step_time is None or not self.target_step_time:
             return None
-        return self.draft_step_time / (target_step_time or self.target_forward_time)
+        return self.draft_step_time / self.target_step_time
 
     def to_dict(self) -> dict:
         return {"num_speculative_tokens": self.num_speculative_tokens, "alpha": self.alpha,
@@ -85,33 +96,37 @@ class DecodeStats:
                 "per_position_acceptance": self.per_position_acceptance,
                 "tokens_per_target_forward": self.tokens_per_target_forward,
                 "tokens_per_second": self.tokens_per_second, "emitted": self.emitted,
-                "rounds": self.rounds, "host_syncs_per_round": self.host_syncs / max(self.batch_rounds, 1),
+                "rounds": self.rounds, "host_syncs_per_round": self.per_round(self.host_syncs),
+                "compiled_calls_per_round": self.per_round(self.compiled_calls),
                 "c": self.cost_ratio(),
-                "time_s": {"prefill": self.time_prefill, "draft": self.time_draft, "verify": self.time_verify,
-                           "sampler": self.time_sampler, "other": self.time_other}}
+                "time_s": {"prefill": self.time_prefill, "rounds": self.time_round,
+                           "emit": self.time_emit}}
 
     def summary(self, baseline: "DecodeStats | None" = None) -> str:
-        """Human-readable lines; with a K = 0 baseline, measured speedup beside Theorem 3.8."""
+        """Human-readable lines; with a K = 0 baseline, the measured speedup, and Theorem 3.8's
+        prediction beside it when c was timed."""
         k = self.num_speculative_tokens
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-        total = self.decode_time or 1.0
-        lines = [f"K = {k}: {self.emitted} tokens in {self.decode_time:.3f} s ({self.tokens_per_second:.1f} tok/s)"]
+        lines = [f"K = {k}: {self.emitted} tokens in {self.decode_time:.3f} s "
+                 f"({self.tokens_per_second:.1f} tok/s)"]
         if k:
             lines += [f"  alpha (mean sum min(p, q))   {fmt(self.alpha)}",
                       f"  draft acceptance rate        {fmt(self.draft_acceptance_rate)}",
                       f"  mean acceptance length       {self.mean_acceptance_length:.3f}",
-                      "  per-position acceptance      " + " ".join(f"{a:.2f}" for a in self.per_position_acceptance)]
+                      "  per-position acceptance      "
+                      + " ".join(f"{a:.2f}" for a in self.per_position_acceptance)]
         lines += [f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
-                  f"  host syncs per round         {self.host_syncs / max(self.batch_rounds, 1):.2f}",
-                  "  time split                   " + ", ".join(
-                      f"{name} {t / total:.0%}" for name, t in (("draft", self.time_draft), ("verify", self.time_verify),
-                                                                ("sampler", self.time_sampler), ("other", self.time_other)))]
-        if k:
-            c = self.cost_ratio(baseline.target_forward_time if baseline else None)
-            lines.append(f"  measured c                   {fmt(c)}" + ("" if baseline else " (vs this run's verify step)"))
-            if baseline and self.alpha is not None and c is not None:
-                measured = self.tokens_per_second / baseline.tokens_per_second
-                predicted = predicted_speedup(self.alpha, k, c)
-                lines.append(f"  speedup vs K = 0             {measured:.2f}x measured, {predicted:.2f}x predicted "
-                             f"(Theorem 3.8), ratio {measured / predicted:.2f}")
+                  f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
+                  f"  guard checks per round       {self.per_round(self.compiled_calls):.2f}",
+                  f"  time per round               {1e3 * self.round_time:.2f} ms "
+                  f"(+ {1e3 * self.per_round(self.time_emit):.2f} ms handing tokens out)"]
+        if k and self.cost_ratio() is not None:
+            lines.append(f"  measured c                   {fmt(self.cost_ratio())}")
+        if k and baseline:
+            speedup = self.tokens_per_second / baseline.tokens_per_second
+            line = f"  speedup vs K = 0             {speedup:.2f}x measured"
+            if self.alpha is not None and self.cost_ratio() is not None:
+                predicted = predicted_speedup(self.alpha, k, self.cost_ratio())
+                line += f", {predicted:.2f}x predicted (Theorem 3.8)"
+            lines.append(line)
         return "\n".join(lines)

@@ -32,10 +32,15 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
     def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache."""
-        index = positions[:, None, :, None].expand_as(k)
-        self.k.scatter_(2, index, k)
-        self.v.scatter_(2, index, v)
+        """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache.
+
+        An indexed assignment (index_put_), not scatter_: Inductor turns it into a kernel that
+        writes only the T new slots, where a scatter_ into the buffer made it copy the whole
+        cache, twice, in every layer and step."""
+        rows = torch.arange(k.shape[0], device=k.device)[:, None]
+        # Advanced indices on dims 0 and 2 around a slice index a [B, T, H, D] view.
+        self.k[rows, :, positions] = k.transpose(1, 2)
+        self.v[rows, :, positions] = v.transpose(1, 2)
         return self.k, self.v
 
 

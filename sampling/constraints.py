@@ -21,8 +21,9 @@ import torch
 from sampling.noise import draw_exponentials, max_and_argmax, race
 
 
-class SampleParams(NamedTuple):
-    """Per-row constraints, normalised for the compiled code (see ``normalize_params``)."""
+class RowConstraints(NamedTuple):
+    """Per-row temperature, top_k and top_p as tensors, the form the compiled code takes (see
+    ``normalize_params``). A request's ``SamplingParams`` become one row of these."""
 
     temperature: torch.Tensor    # [B] float32; 0 marks a greedy row
     top_k: torch.Tensor | None   # [B] int64, 0 = off for that row; None = off for every row
@@ -60,7 +61,7 @@ def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
 
 
 def normalize_params(temperature, top_k, top_p, batch_size: int,
-                     device: torch.device, check_values: bool = True) -> SampleParams:
+                     device: torch.device, check_values: bool = True) -> RowConstraints:
     """Validate temperature, top_k and top_p (scalars or [B] tensors) and make them [B] tensors.
 
     A None or 0 top_k scalar, and a None or 1.0 top_p scalar, become None: the filter is not
@@ -70,7 +71,8 @@ def normalize_params(temperature, top_k, top_p, batch_size: int,
         raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
     if isinstance(top_k, float) and not top_k.is_integer():
         raise ValueError(f"top_k must be an integer, got {top_k!r}")
-    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)", check_values)
+    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)",
+                 check_values)
     if top_k is not None:
         _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)", check_values)
     if top_p is not None:
@@ -81,7 +83,7 @@ def normalize_params(temperature, top_k, top_p, batch_size: int,
         top_k = None
     if top_p is not None and not isinstance(top_p, torch.Tensor) and top_p == 1.0:
         top_p = None
-    return SampleParams(
+    return RowConstraints(
         temperature=_per_row("temperature", temperature, batch_size, device, torch.float32),
         top_k=None if top_k is None else _per_row("top_k", top_k, batch_size, device, torch.int64),
         top_p=None if top_p is None
@@ -117,19 +119,26 @@ def _keep_threshold(scaled: torch.Tensor, top_k: torch.Tensor | None,
     return threshold
 
 
-def filtered_logits(logits: torch.Tensor, params: SampleParams) -> torch.Tensor:
-    """logits [B, ..., V] -> float32 logits * (1 / temperature), filtered-out entries at -inf.
+def filtered_logits(logits: torch.Tensor, constraints: RowConstraints) -> torch.Tensor:
+    """logits [B, ..., V] -> float32 (logits - row max) / temperature, filtered-out entries at
+    -inf.
 
     Greedy rows are scaled by 1 instead of 1 / 0: their distribution is one-hot at the argmax,
-    which neither scaling nor filtering changes.
+    which neither scaling nor filtering changes. The row max is subtracted first so that a tiny
+    positive temperature (1e-39) behaves as the limit it approaches: the top logits become 0 and
+    the rest -inf, where scaling raw logits would overflow to inf and give NaN probabilities.
     """
     # One reciprocal per row, then a multiply per entry: a division per entry costs several
-    # times more on a CPU, over every pass through the logits.
-    inverse_temperature = 1.0 / torch.where(params.temperature == 0, 1.0, params.temperature)
-    scaled = logits.float() * _rows(inverse_temperature, logits)
-    if params.top_k is None and params.top_p is None:
+    # times more on a CPU, over every pass through the logits. The reciprocal of a subnormal
+    # temperature is inf in float32; the largest finite float is as good a limit, and 0 * it is 0.
+    temperature = constraints.temperature
+    inverse_temperature = (1.0 / torch.where(temperature == 0, 1.0, temperature)).clamp(
+        max=torch.finfo(torch.float32).max)
+    logits = logits.float()
+    scaled = (logits - logits.amax(dim=-1, keepdim=True)) * _rows(inverse_temperature, logits)
+    if constraints.top_k is None and constraints.top_p is None:
         return scaled
-    threshold = _keep_threshold(scaled, params.top_k, params.top_p)
+    threshold = _keep_threshold(scaled, constraints.top_k, constraints.top_p)
     return scaled.masked_fill(scaled < threshold, float("-inf"))
 
 
@@ -139,14 +148,20 @@ def log_normalizer(filtered: torch.Tensor, row_max: torch.Tensor) -> torch.Tenso
     return row_max + (filtered - row_max).exp().sum(dim=-1, keepdim=True).log()
 
 
+def distribution(logits: torch.Tensor, constraints: RowConstraints) -> torch.Tensor:
+    """The distribution a token is drawn from, float32 [B, ..., V], for logits [B, ..., V]: the
+    softmax of ``filtered_logits``, or one-hot at the first argmax for a greedy row."""
+    filtered = filtered_logits(logits, constraints)
+    row_max, top = max_and_argmax(filtered)
+    probs = (filtered - log_normalizer(filtered, row_max[..., None])).exp()
+    vocab = torch.arange(filtered.shape[-1], device=filtered.device)
+    one_hot = (vocab == top[..., None]).float()
+    return torch.where(_rows(constraints.temperature == 0, probs), one_hot, probs)
+
+
 def _sample_core(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None,
                  top_p: torch.Tensor | None, exponentials: torch.Tensor) -> SampleOutput:
-    filtered = filtered_logits(logits, SampleParams(temperature, top_k, top_p))
-    row_max, top = max_and_argmax(filtered)
-    probs = (filtered - log_normalizer(filtered, row_max[:, None])).exp()
-    vocab = torch.arange(filtered.shape[-1], device=filtered.device)
-    one_hot = (vocab == top[:, None]).float()  # the distribution of a greedy row
-    probs = torch.where((temperature == 0)[:, None], one_hot, probs)
+    probs = distribution(logits, RowConstraints(temperature, top_k, top_p))
     return SampleOutput(race(probs, exponentials), probs)
 
 

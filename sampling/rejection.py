@@ -42,8 +42,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from sampling.constraints import (COMPILE_OPTIONS, SampleParams, filtered_logits, log_normalizer,
-                                  normalize_params)
+from sampling.constraints import (COMPILE_OPTIONS, RowConstraints, filtered_logits,
+                                  log_normalizer, normalize_params)
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -129,7 +129,7 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     # p at every position, kept as filtered logits and a log-normaliser: the test needs only
     # p(x), and the draw needs one row. Reading the logits takes two passes: max and argmax (the
     # greedy choice), then the sum of exponentials for the K positions that are tested.
-    filtered = filtered_logits(target_logits, SampleParams(temperature, top_k, top_p))
+    filtered = filtered_logits(target_logits, RowConstraints(temperature, top_k, top_p))
     row_max, target_argmax = max_and_argmax(filtered)  # [B, K+1] each
     log_norm = log_normalizer(filtered[:, :num_drafts], row_max[:, :num_drafts, None])
     # The bonus row needs no normaliser: it is only raced, and argmax(w / E) ignores w's scale.

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import minispec.decode as decode
+import minispec.round
 from _enumerate import chi_square, chi_square_sf, perturbed_copy, random_gpt, sequence_law
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.decode import SpeculativeDecoder
@@ -73,11 +73,14 @@ SHIPPED_PROMPTS = ["import os\n\n\ndef ", "def add(a, b):\n    return", "import 
 @pytest.mark.skipif(not (CHECKPOINTS / "target.safetensors").is_file()
                     or not (CHECKPOINTS / "draft.safetensors").is_file(),
                     reason="the shipped pair (checkpoints/*.safetensors) is not trained yet")
-def test_greedy_shipped_pair_speculative_equals_target_only() -> None:
-    """float32: a batched (K+1)-token verify may round differently from a 1-token step and so
-    could, in principle, flip a near-tie between two logits (GUIDE.md section 4). If this ever
-    fails, look at the logit gap at the first differing position before doubting the loop."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_shipped_pair_speculative_equals_target_only(dtype: torch.dtype) -> None:
+    """float32, and bfloat16 weights (the target is then the bfloat16 model, for both runs): a
+    batched (K+1)-token verify may round differently from a 1-token step and so could, in
+    principle, flip a near-tie between two logits. If this ever fails, look at the logit gap at
+    the first differing position before doubting the loop."""
     target, draft = load_pair(CHECKPOINTS / "target.safetensors", CHECKPOINTS / "draft.safetensors")
+    target, draft = target.to(dtype), draft.to(dtype)
     decoder = SpeculativeDecoder(target, draft, compile=False)
     prompts = [tokenizer.encode(p) for p in SHIPPED_PROMPTS]
     params = lambda: [SamplingParams(temperature=0.0, max_new_tokens=40) for _ in prompts]  # noqa: E731
@@ -170,12 +173,12 @@ def test_naive_rule_fails_the_same_test(method: str, k: int, top_k: int, top_p: 
 def test_a_drafter_breaking_the_q_contract_fails_the_same_test(monkeypatch: pytest.MonkeyPatch) -> None:
     """Power: a probabilistic drafter that samples under top-k but passes on the unfiltered
     softmax as draft_probs (the bug of transformers issue 47932) biases the output."""
-    real_sample = decode.sample
+    real_sample = minispec.round.sample
 
     def unfiltered_q(logits: torch.Tensor, **kwargs) -> SampleOutput:
         return SampleOutput(real_sample(logits, **kwargs).token_ids, logits.float().softmax(-1))
 
-    monkeypatch.setattr(decode, "sample", unfiltered_q)
+    monkeypatch.setattr(minispec.round, "sample", unfiltered_q)
     groups = [(p, SamplingParams(1.0, top_k=3)) for p in PROMPTS]
     assert fit_p_value(SpeculativeConfig(1, "probabilistic"), groups, seed_base=60_000_000) < FALSE_ALARM
 

@@ -14,10 +14,14 @@ import pytest
 import torch
 
 import minispec.decode as decode
+import minispec.rng
+import minispec.round
+import minispec.state
 from _enumerate import full_logits, perturbed_copy, random_gpt
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
-from minispec.decode import GenerationOutput, LoopState, SpeculativeDecoder, advance
-from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.decode import GenerationOutput, SpeculativeDecoder
+from minispec.state import LoopState, advance
+from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
 
@@ -146,7 +150,7 @@ def test_each_row_stops_right_after_its_first_eos() -> None:
 
 
 class Recorder:
-    """Wraps a decoder's model forward and logs (model, tokens, positions, logits) per call."""
+    """Wraps a model's forward and logs (model, tokens, positions, logits) per call."""
 
     def __init__(self, name: str, forward, log: list) -> None:
         self.name, self.forward, self.log = name, forward, log
@@ -194,12 +198,13 @@ def run_recorded(decoder: SpeculativeDecoder, k: int,
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
     log: list = []
-    decoder.target_forward = Recorder("target", decoder.target_forward, log)
-    draft_forward = Recorder("draft", decoder.draft_forward, log)
-    decoder.draft_forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
+    decoder.target.forward = Recorder("target", decoder.target.forward, log)
+    draft_forward = Recorder("draft", decoder.draft.forward, log)
+    decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
     prompts = [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
     params = [SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m) for i, m in enumerate([14, 9, 12])]
     out = decoder.generate(prompts, params, SpeculativeConfig(k, "probabilistic"))
+    del decoder.target.forward, decoder.draft.forward  # back to the models' own forward
     return prompts, out, log
 
 
@@ -260,16 +265,18 @@ HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__",
 
 @pytest.mark.parametrize("k", [0, 3])
 def test_the_loop_reads_the_device_once_per_round(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Count every tensor-to-host read made by minispec/decode.py inside generate's rounds
-    (prefill and the final stats copy are outside them). sampling/ checks its CPU inputs'
-    values on the host, which it skips on an accelerator, so reads made there do not count."""
+    """Count every tensor-to-host read made by the loop's modules (minispec/decode.py, round.py,
+    state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
+    them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
+    tells it, so reads made there do not count."""
     reads: list[str] = []
+    loop_files = {m.__file__ for m in (decode, minispec.round, minispec.state, minispec.rng)}
     for name in HOST_READS:
         method = getattr(torch.Tensor, name)
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            if caller.co_filename == decode.__file__ and caller.co_name not in ("prefill", "_collect"):
+            if caller.co_filename in loop_files and caller.co_name not in ("prefill", "collect"):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
 
@@ -325,16 +332,56 @@ def test_no_compile_means_no_compiled_sampler(monkeypatch: pytest.MonkeyPatch) -
 # The compiled path
 
 
-def test_compiled_loop_runs_fullgraph_and_matches_eager() -> None:
-    """One small compiled run (every step function under torch.compile(fullgraph=True), the
-    sampler's graphs too): same tokens as the eager loop, and a second call recompiles nothing."""
-    target, draft = pair(vocab=16, max_seq_len=16)
+def float64_pair() -> tuple[GPT, GPT]:
+    target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
+    return target, perturbed_copy(target, 4, mix=0.3)
+
+
+@pytest.mark.parametrize("k,method", [(0, "greedy"), (2, "greedy"), (3, "probabilistic")])
+def test_the_round_is_one_graph(k: int, method: str) -> None:
+    """Dynamo traces the whole round (noise, draft steps, verify, sampler, advance) as one
+    graph with no break, K = 0 included (tracing only: nothing is compiled)."""
+    decoder = SpeculativeDecoder(*float64_pair(), compile=False)
+    params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
+    state = decoder.prefill([[1, 2], [3, 4, 5]], params, k)
+    explained = torch._dynamo.explain(minispec.round.speculative_round)(
+        decoder.target, decoder.proposer, state, row_constraints(params, decoder.device),
+        num_speculative_tokens=k, draft_sample_method=method, rejection_sample_method="standard",
+        eos_token_id=EOS_TOKEN_ID)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+def test_compiled_round_matches_eager_and_never_recompiles() -> None:
+    """The round under torch.compile(fullgraph=True) gives the eager round's tokens on a tiny
+    float64 pair (a greedy and a random row, a probabilistic drafter); it compiles one graph,
+    and later rounds and calls of the same shape reuse it: one compiled call (one guard check)
+    and one host read per round."""
+    target, draft = float64_pair()
     prompts = [[1, 2], [3, 4, 5]]
-    params = lambda: [SamplingParams(temperature=1.0, seed=5 + i, max_new_tokens=6) for i in range(2)]  # noqa: E731
-    spec = SpeculativeConfig(1, "greedy")
+    params = lambda: [SamplingParams(temperature=t, seed=5, max_new_tokens=6)  # noqa: E731
+                      for t in (0.0, 1.0)]
+    spec = SpeculativeConfig(1, "probabilistic")
     eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
     compiled = SpeculativeDecoder(target, draft, compile=True)
+    torch._dynamo.utils.counters.clear()
     first = compiled.generate(prompts, params(), spec)
     assert first.token_ids == eager.token_ids
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert not torch._dynamo.utils.counters["graph_break"]
     with torch._dynamo.config.patch(error_on_recompile=True):
-        assert compiled.generate(prompts, params(), spec).token_ids == eager.token_ids
+        again = compiled.generate(prompts, params(), spec)
+    assert again.token_ids == eager.token_ids
+    stats = again.stats
+    assert stats.batch_rounds > 1
+    assert stats.compiled_calls == stats.host_syncs == stats.batch_rounds
+
+
+def test_a_tiny_temperature_is_greedy_not_nan() -> None:
+    """temperature 1e-39 (1 / T overflows float32) behaves as its limit, greedy decoding:
+    same tokens as temperature 0, and a finite alpha."""
+    decoder = SpeculativeDecoder(*float64_pair(), compile=False)
+    spec = SpeculativeConfig(2, "probabilistic")
+    out = {t: decoder.generate([[1, 2]], [SamplingParams(temperature=t, seed=1, max_new_tokens=8)],
+                               spec) for t in (0.0, 1e-39)}
+    assert out[1e-39].token_ids == out[0.0].token_ids
+    assert out[1e-39].stats.alpha == pytest.approx(out[0.0].stats.alpha)

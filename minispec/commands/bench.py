@@ -1,13 +1,18 @@
 """`make bench`: measured speedup against Leviathan's theory, on the shipped pair, in one process.
 
-1. End to end, B = 1: K x temperature -> tokens/s, speedup vs K = 0 (same process, same compile
-   settings), alpha, acceptance length, tokens per target forward, c, Theorem 3.8's prediction,
-   host syncs per round (counted by intercepting every tensor-to-Python read).
-2. Batch: B in {1, 4, 16} at the best K, with and without speculation.
-3. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
-4. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
+1. Steps: the target's and the draft's 1-token step and (K+1)-token verify step (each model
+   forward compiled alone, B = 1), beside their memory floor: weight bytes plus live KV bytes
+   over the read bandwidth measured in this run (a big tensor's sum()).
+2. End to end, B = 1, on prompts cut from the corpus's held-out files (never trained on): each
+   speculative row runs interleaved with its K = 0 baseline, A B A B in one process, and reports
+   the median of the per-pair speedups with their min and max, alpha, acceptance length, c,
+   Theorem 3.8's prediction, and the guard checks and host reads per round (host reads counted
+   by intercepting every tensor-to-Python read).
+3. Batch: B in {1, 4, 16} at the best K, with and without speculation.
+4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
+5. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
 
-Every timed number is the median of >= 5 warm repeats; compile time is measured apart.
+Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
 Writes results/bench.json, results/bench.md and results/speedup.png (or a text chart).
 """
 from __future__ import annotations
@@ -27,20 +32,35 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
-from minispec.commands.args import (THREADS_HELP, OneLineParser, choice_list, comma_list,
-                                     device_name, integer, real, thread_count)
+from minispec.commands.args import (OneLineParser, choice_list, comma_list, device_name, integer,
+                                    real, thread_count)
+from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
 from model import tokenizer
+from model.gpt import GPT
+from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 
-PROMPTS = [
-    "import os\n\n\ndef ",
-    "class Parser:\n    def __init__(self, text):\n        self.",
-    "def read_config(path):\n    \"\"\"Read a config file.\"\"\"\n    with open(path) as f:\n",
-    "    for i in range(len(items)):\n        if items[i] is None:\n",
-    "# Copyright (C) 2001 Python Software Foundation\n\"\"\"Utilities for ",
-]
+def held_out_prompts(count: int = 6, length: int = 300) -> list[str]:
+    """`count` prompts of `length` bytes from the corpus's held-out files, each starting at a
+    line start, spread evenly over the held-out split, one file at most once."""
+    ids = load_corpus().held_out.tolist()
+    prompts, used_files, step = [], set(), len(ids) // count
+    for i in range(count * 4):  # a few spare starting points for files too short to cut
+        at = (i * step // 4) % len(ids)
+        file_start = max((j for j in range(at, -1, -1) if ids[j] == BOS_TOKEN_ID), default=0)
+        line = next((j + 1 for j in range(at, len(ids) - length) if ids[j] == ord("\n")), None)
+        if line is None or file_start in used_files:
+            continue
+        cut = ids[line:line + length]
+        if BOS_TOKEN_ID in cut or EOS_TOKEN_ID in cut:
+            continue
+        used_files.add(file_start)
+        prompts.append(bytes(cut).decode("utf-8", errors="replace"))
+        if len(prompts) == count:
+            break
+    return prompts
 
 
 @contextlib.contextmanager
@@ -65,71 +85,146 @@ def count_host_reads():
             setattr(torch.Tensor, n, f)
 
 
-def run_once(decoder: SpeculativeDecoder, prompts: list[str], k: int, temperature: float, max_new: int,
-             seed: int, draft_method: str = "greedy") -> DecodeStats:
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def read_bandwidth(megabytes: int = 256, repeats: int = 7) -> float:
+    """Bytes per second one sum() reads from memory, median over repeats."""
+    x = torch.ones(megabytes * 2**18)  # float32
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - start)
+    return x.numel() * 4 / statistics.median(times)
+
+
+def model_bytes(model: GPT, live_tokens: int) -> int:
+    """Weight bytes plus the KV bytes of `live_tokens` positions (B = 1): one step's reads."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    c = model.config
+    return weights + 2 * c.n_layer * live_tokens * c.d_model * model.embed.weight.element_size()
+
+
+@torch.no_grad()
+def step_times(model: GPT, widths: list[int], repeats: int, position: int = 320) -> dict[int, dict]:
+    """One compiled forward of [1, T] tokens at each width T, timed interleaved (T1 T2 T1 T2),
+    median/min/max of `repeats` each."""
+    model.setup_cache(1)
+    step = torch.compile(model, fullgraph=True, dynamic=False)
+    inputs = {t: (torch.zeros(1, t, dtype=torch.long), position + torch.arange(t)[None])
+              for t in widths}
+    for t in widths:
+        step(*inputs[t])  # compile
+    times: dict[int, list[float]] = {t: [] for t in widths}
+    for _ in range(repeats):
+        for t in widths:
+            start = time.perf_counter()
+            step(*inputs[t])
+            times[t].append(time.perf_counter() - start)
+    return {t: spread(v) for t, v in times.items()}
+
+
+def steps(decoder: SpeculativeDecoder, ks: list[int], repeats: int, live_tokens: int) -> dict:
+    """Part 1: the two models' step times against their memory floors."""
+    bandwidth = read_bandwidth()
+    out = {"read_bandwidth_GBps": bandwidth / 1e9, "live_tokens": live_tokens}
+    widths = sorted({1, *(k + 1 for k in ks if k)})
+    for name, model in (("target", decoder.target), ("draft", decoder.draft)):
+        floor = model_bytes(model, live_tokens) / bandwidth
+        times = step_times(model, widths if name == "target" else [1], repeats)
+        out[name] = {"dtype": str(model.embed.weight.dtype).removeprefix("torch."),
+                     "floor_s": floor, "steps": {str(t): v for t, v in times.items()}}
+        for t, v in times.items():
+            print(f"  {name} {t}-token step {1e3 * v['median']:.2f} ms (min {1e3 * v['min']:.2f},"
+                  f" max {1e3 * v['max']:.2f}); floor {1e3 * floor:.2f} ms, "
+                  f"{v['median'] / floor:.1f}x the floor", flush=True)
+    return out
+
+
+def run_once(decoder: SpeculativeDecoder, prompts: list[str], k: int, temperature: float,
+             max_new: int, seed: int, draft_method: str = "greedy") -> DecodeStats:
     """Decode every prompt as its own B = 1 request and sum the stats."""
     total = DecodeStats(k, position_accepted=[0] * k)
     for i, text in enumerate(prompts):
         params = [SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=max_new)]
-        s = decoder.generate([tokenizer.encode(text)], params, SpeculativeConfig(k, draft_method)).stats
-        for name in ("rounds", "drafted", "accepted", "emitted", "alpha_sum", "alpha_count", "batch_rounds",
-                     "draft_calls", "host_syncs", "time_draft", "time_verify", "time_sampler", "time_other"):
+        spec = SpeculativeConfig(k, draft_method)
+        s = decoder.generate([tokenizer.encode(text)], params, spec).stats
+        for name in ("rounds", "drafted", "accepted", "emitted", "alpha_sum", "alpha_count",
+                     "batch_rounds", "compiled_calls", "host_syncs", "time_round", "time_emit"):
             setattr(total, name, getattr(total, name) + getattr(s, name))
-        total.position_accepted = [a + b for a, b in zip(total.position_accepted, s.position_accepted)]
+        total.position_accepted = [a + b for a, b in zip(total.position_accepted,
+                                                         s.position_accepted)]
     return total
 
 
-def measure(decoder, prompts, k, temperature, max_new, repeats, draft_method) -> dict:
-    start = time.perf_counter()
-    run_once(decoder, prompts[:1], k, temperature, 2, 0, draft_method)  # compile (and warm) this K's graphs
-    compile_s = time.perf_counter() - start
-    runs = [run_once(decoder, prompts, k, temperature, max_new, 1000 * r, draft_method) for r in range(repeats)]
+def host_reads_per_round(decoder, prompt: str, k: int, temperature: float, max_new: int,
+                         draft_method: str) -> float:
+    """Every tensor-to-Python read of one generate(), over its rounds; the per-call reads
+    outside the rounds (the seed draw for an unseeded request, the final statistics) excluded."""
     with count_host_reads() as reads:
-        counted = run_once(decoder, prompts[:1], k, temperature, max_new, 7, draft_method)
-    # One read per generate() happens after its last round: the final statistics.
-    syncs_per_round = (reads["reads"] - 1) / counted.batch_rounds
-    median = sorted(runs, key=lambda s: s.tokens_per_second)[len(runs) // 2]
+        stats = run_once(decoder, [prompt], k, temperature, max_new, 7, draft_method)
+    return (reads["reads"] - 1) / stats.batch_rounds
+
+
+def pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c) -> dict:
+    """Part 2, one row: K against K = 0, interleaved A B A B; the speedup of each pair."""
+    start = time.perf_counter()
+    for kk in (k, 0):  # compile (and warm) both rows' graphs
+        run_once(decoder, prompts[:1], kk, temperature, 2, 0, draft_method)
+    compile_s = time.perf_counter() - start
+    runs = []
+    for r in range(pairs):
+        spec = run_once(decoder, prompts, k, temperature, max_new, 1000 * r, draft_method)
+        base = run_once(decoder, prompts, 0, temperature, max_new, 1000 * r, draft_method)
+        runs.append((spec, base))
+    ratios = [s.tokens_per_second / b.tokens_per_second for s, b in runs]
+    median = sorted(runs, key=lambda sb: sb[0].tokens_per_second)[len(runs) // 2][0]
     return {"K": k, "temperature": temperature, "draft_sample_method": draft_method,
-            "tokens_per_s": statistics.median(r.tokens_per_second for r in runs),
+            "speedup": spread(ratios),
+            "tokens_per_s": statistics.median(s.tokens_per_second for s, _ in runs),
+            "tokens_per_s_K0": statistics.median(b.tokens_per_second for _, b in runs),
             "alpha": median.alpha, "mean_acceptance_length": median.mean_acceptance_length,
             "tokens_per_target_forward": median.tokens_per_target_forward,
-            "draft_acceptance_rate": median.draft_acceptance_rate,
-            "draft_step_s": median.draft_step_time, "target_forward_s": median.target_forward_time,
-            "time_split": median.to_dict()["time_s"], "host_syncs_per_round": syncs_per_round,
-            "compile_s": compile_s, "repeats": repeats}
+            "draft_acceptance_rate": median.draft_acceptance_rate, "c": c,
+            "predicted_speedup": predicted_speedup(median.alpha, k, c)
+            if median.alpha is not None else None,
+            "guard_checks_per_round": median.per_round(median.compiled_calls),
+            "host_reads_per_round": host_reads_per_round(decoder, prompts[0], k, temperature,
+                                                         max_new, draft_method),
+            "compile_s": compile_s, "pairs": pairs}
 
 
-def end_to_end(decoder, ks, temperatures, max_new, repeats, draft_method) -> list[dict]:
+def end_to_end(decoder, prompts, ks, temperatures, max_new, pairs, draft_method,
+               c: float) -> list[dict]:
     rows = []
     for temperature in temperatures:
-        base = None
-        for k in ks:
-            row = measure(decoder, PROMPTS, k, temperature, max_new, repeats, draft_method)
-            if k == 0:
-                base = row
-            else:
-                row["c"] = row["draft_step_s"] / base["target_forward_s"]
-                row["predicted_speedup"] = predicted_speedup(row["alpha"], k, row["c"])
-            row["speedup"] = row["tokens_per_s"] / base["tokens_per_s"]
-            if k:
-                row["measured_over_predicted"] = row["speedup"] / row["predicted_speedup"]
+        for k in (k for k in ks if k):
+            row = pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c)
             print(format_row(row), flush=True)
             rows.append(row)
     return rows
 
 
-def batch_rows(decoder, best: dict[float, int], batch_sizes, max_new, repeats) -> list[dict]:
+def batch_rows(decoder, texts: list[str], best: dict[float, int], batch_sizes, max_new,
+               repeats) -> list[dict]:
     rows = []
     for temperature, k in best.items():
         for b in batch_sizes:
-            prompts = [tokenizer.encode(PROMPTS[i % len(PROMPTS)]) for i in range(b)]
+            prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(b)]
             result = {"B": b, "temperature": temperature, "K": k}
             for kk in (0, k):
-                params = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new) for i in range(b)]
-                decoder.generate(prompts, [SamplingParams(temperature, seed=0, max_new_tokens=2)] * b, SpeculativeConfig(kk))
-                speeds = [decoder.generate(prompts, params, SpeculativeConfig(kk)).stats.tokens_per_second
-                          for _ in range(repeats)]
-                result["tokens_per_s_K0" if kk == 0 else "tokens_per_s_spec"] = statistics.median(speeds)
+                params = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new)
+                          for i in range(b)]
+                warm = [SamplingParams(temperature, seed=0, max_new_tokens=2)] * b
+                decoder.generate(prompts, warm, SpeculativeConfig(kk))
+                runs = [decoder.generate(prompts, params, SpeculativeConfig(kk))
+                        for _ in range(repeats)]
+                speeds = [run.stats.tokens_per_second for run in runs]
+                name = "tokens_per_s_K0" if kk == 0 else "tokens_per_s_spec"
+                result[name] = statistics.median(speeds)
             result["speedup"] = result["tokens_per_s_spec"] / result["tokens_per_s_K0"]
             print(f"  B={b:>2} T={temperature} K={k}: {result['tokens_per_s_K0']:.1f} -> "
                   f"{result['tokens_per_s_spec']:.1f} tok/s ({result['speedup']:.2f}x)", flush=True)
@@ -144,8 +239,9 @@ def startup(device: str, max_new: int = 8) -> dict:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         for label in ("cold", "warm"):
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "minispec", "decode", "--json", "--temperature", "0",
-                                   "--max-new-tokens", str(max_new), "--device", device], env=env, capture_output=True, text=True)
+            command = [sys.executable, "-m", "minispec", "decode", "--json", "--temperature", "0",
+                       "--max-new-tokens", str(max_new), "--device", device]
+            proc = subprocess.run(command, env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode:
                 raise RuntimeError(f"decode failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -157,17 +253,19 @@ def startup(device: str, max_new: int = 8) -> dict:
 
 
 def format_row(r: dict) -> str:
-    pred = f"{r['predicted_speedup']:.2f}x" if r["K"] else "-"
-    ratio = f"{r['measured_over_predicted']:.2f}" if r["K"] else "-"
+    sp = r["speedup"]
+    pred = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
     alpha = f"{r['alpha']:.3f}" if r["alpha"] is not None else "-"
-    c = f"{r['c']:.3f}" if r.get("c") is not None else "-"
-    return (f"| {r['K']} | {r['temperature']:g} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | {alpha} | "
-            f"{r['mean_acceptance_length']:.2f} | {r['tokens_per_target_forward']:.2f} | {c} | {pred} | {ratio} | "
-            f"{r['host_syncs_per_round']:.2f} | {r['compile_s']:.0f} |")
+    return (f"| {r['K']} | {r['temperature']:g} | {r['tokens_per_s']:.1f} | "
+            f"{r['tokens_per_s_K0']:.1f} | {sp['median']:.2f}x ({sp['min']:.2f}-{sp['max']:.2f}) | "
+            f"{alpha} | {r['mean_acceptance_length']:.2f} | {r['c']:.3f} | {pred} | "
+            f"{r['guard_checks_per_round']:.2f} | {r['host_reads_per_round']:.2f} | "
+            f"{r['compile_s']:.0f} |")
 
 
-HEADER = ("| K | T | tok/s | speedup | alpha | accept len | tok/target fwd | c | predicted | measured/pred | "
-          "syncs/round | compile s |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| K | T | tok/s | tok/s K=0 | speedup (min-max) | alpha | accept len | c | predicted | "
+          "guard checks/round | host reads/round | compile s |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def chart(rows: list[dict], path: Path) -> str:
@@ -175,9 +273,10 @@ def chart(rows: list[dict], path: Path) -> str:
     lines = []
     for t in sorted({r["temperature"] for r in rows}):
         lines.append(f"T = {t:g}   (# measured, . predicted)")
-        for r in (r for r in rows if r["temperature"] == t and r["K"]):
-            lines.append(f"  K={r['K']:<2} {'#' * round(r['speedup'] * 20):<60} {r['speedup']:.2f}x")
-            lines.append(f"       {'.' * round(r['predicted_speedup'] * 20):<60} {r['predicted_speedup']:.2f}x")
+        for r in (r for r in rows if r["temperature"] == t):
+            measured, predicted = r["speedup"]["median"], r["predicted_speedup"] or 0.0
+            lines.append(f"  K={r['K']:<2} {'#' * round(measured * 20):<60} {measured:.2f}x")
+            lines.append(f"       {'.' * round(predicted * 20):<60} {predicted:.2f}x")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -187,12 +286,15 @@ def chart(rows: list[dict], path: Path) -> str:
     fig, ax = plt.subplots(figsize=(6, 4))
     for t in sorted({r["temperature"] for r in rows}):
         sel = [r for r in rows if r["temperature"] == t]
-        ax.plot([r["K"] for r in sel], [r["speedup"] for r in sel], "o-", label=f"measured, T={t:g}")
-        ax.plot([r["K"] for r in sel if r["K"]], [r["predicted_speedup"] for r in sel if r["K"]], "x--",
-                label=f"Theorem 3.8, T={t:g}")
+        ks = [r["K"] for r in sel]
+        ax.errorbar(ks, [r["speedup"]["median"] for r in sel], fmt="o-",
+                    yerr=[[r["speedup"]["median"] - r["speedup"]["min"] for r in sel],
+                          [r["speedup"]["max"] - r["speedup"]["median"] for r in sel]],
+                    label=f"measured (min-max), T={t:g}")
+        ax.plot(ks, [r["predicted_speedup"] for r in sel], "x--", label=f"Theorem 3.8, T={t:g}")
     ax.axhline(1.0, color="grey", lw=0.5)
     ax.set_xlabel("K (num_speculative_tokens)")
-    ax.set_ylabel("speedup vs K = 0")
+    ax.set_ylabel("speedup vs K = 0 (interleaved pairs)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -202,53 +304,80 @@ def chart(rows: list[dict], path: Path) -> str:
 def machine(device: str) -> dict:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("model name"))
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(),
             "threads": torch.get_num_threads(), "device": gpu or "cpu"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(prog="minispec bench", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ks", type=comma_list(integer(0)), default="0,1,2,3,4,6,8")
+    parser.add_argument("--ks", type=comma_list(integer(1)), default="2,4,6,8",
+                        help="speculative K values (K = 0 is the baseline every row is paired with)")
     parser.add_argument("--temperatures", type=comma_list(real(0)), default="0,1")
     parser.add_argument("--batch-sizes", type=comma_list(integer(1)), default="1,4,16")
     parser.add_argument("--max-new-tokens", type=integer(1), default=128)
-    parser.add_argument("--repeats", type=integer(1), default=5)
+    parser.add_argument("--repeats", type=integer(1), default=5, help="A B pairs per row")
+    parser.add_argument("--prompts", type=integer(1), default=6, help="held-out prompts of 300 bytes")
     parser.add_argument("--out", default="results")
     parser.add_argument("--device", type=device_name, default="cpu",
-                        help="cpu or cuda (compiled with reduce-overhead there)")
-    parser.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
-    parser.add_argument("--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic")
-    parser.add_argument("--skip", type=choice_list(("batch", "sampler", "startup")), default="",
-                        help="comma list of parts to skip: batch,sampler,startup")
+                        help="cpu or cuda (CUDA graphs there)")
+    parser.add_argument("--threads", type=thread_count, default=1,
+                        help="CPU threads (default 1: B = 1 decode steps are latency-bound)")
+    parser.add_argument("--draft-sample-method", default="greedy",
+                        help="greedy (one-hot q) or probabilistic")
+    parser.add_argument("--skip", type=choice_list(("steps", "batch", "sampler", "startup")),
+                        default="", help="comma list of parts to skip: steps,batch,sampler,startup")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: K = 4, T = 0, "
+                        "2 pairs, 2 prompts, 32 tokens, no batch, sampler or start-up parts")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
+        args.max_new_tokens, args.skip = 32, "batch,sampler,startup"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
+    ks = [int(k) for k in args.ks.split(",")]
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     torch.set_num_threads(args.threads)
     decoder = load_decoder(device=args.device)
-    report: dict = {"machine": machine(args.device), "draft_sample_method": args.draft_sample_method,
-                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-                    "prompts": PROMPTS}
-    print("1. end to end, B = 1\n" + HEADER, flush=True)
-    report["end_to_end"] = rows = end_to_end(decoder, [int(k) for k in args.ks.split(",")],
-                                             [float(t) for t in args.temperatures.split(",")],
-                                             args.max_new_tokens, args.repeats, args.draft_sample_method)
-    best = {t: max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"])["K"]
+    prompts = held_out_prompts(args.prompts)
+    report: dict = {"machine": machine(args.device), "quick": args.quick,
+                    "draft_sample_method": args.draft_sample_method,
+                    "max_new_tokens": args.max_new_tokens, "pairs": args.repeats,
+                    "prompts": prompts}
+    c = None
+    if "steps" not in skip:
+        print("1. steps, B = 1", flush=True)
+        live_tokens = 300 + args.max_new_tokens // 2  # a prompt, and half the new tokens
+        report["steps"] = s = steps(decoder, ks, max(2 * args.repeats, 5), live_tokens)
+        c = s["draft"]["steps"]["1"]["median"] / s["target"]["steps"]["1"]["median"]
+    print("2. end to end, B = 1, each row paired with K = 0\n" + HEADER, flush=True)
+    report["end_to_end"] = rows = end_to_end(
+        decoder, prompts, ks, [float(t) for t in args.temperatures.split(",")],
+        args.max_new_tokens, args.repeats, args.draft_sample_method, c or 0.0)
+    best = {t: max((r for r in rows if r["temperature"] == t),
+                   key=lambda r: r["speedup"]["median"])["K"]
             for t in sorted({r["temperature"] for r in rows})}
     if "batch" not in skip:
-        print("2. batch", flush=True)
-        report["batch"] = batch_rows(decoder, best, [int(b) for b in args.batch_sizes.split(",")],
+        print("3. batch", flush=True)
+        report["batch"] = batch_rows(decoder, prompts, best,
+                                     [int(b) for b in args.batch_sizes.split(",")],
                                      args.max_new_tokens, max(3, args.repeats // 2 + 1))
     if "sampler" not in skip:
-        print("3. sampler", flush=True)
+        print("4. sampler", flush=True)
         from minispec.commands.bench_sampler import main as bench_sampler_main
         bench_sampler_main(["--out", str(out), "--device", args.device, "--threads", "2,1"])
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
-        print("4. start-up", flush=True)
+        print("5. start-up", flush=True)
         report["startup"] = startup(args.device)
     text_chart = chart(rows, out / "speedup.png")
     (out / "bench.json").write_text(json.dumps(report, indent=2))
@@ -260,18 +389,36 @@ def main(argv: list[str] | None = None) -> int:
 
 def render_markdown(report: dict, text_chart: str) -> str:
     m = report["machine"]
-    lines = [f"# minispec benchmark\n", f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
-             f"{m['device']}. {report['draft_sample_method']} drafter, B = 1, {report['max_new_tokens']} new tokens per prompt, {len(report['prompts'])} "
-             f"prompts, median of {report['repeats']} warm repeats.\n", "## End to end\n", HEADER]
+    lines = ["# minispec benchmark\n",
+             f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['device']}, "
+             f"{m['threads']} thread(s). {report['draft_sample_method']} drafter, B = 1, "
+             f"{report['max_new_tokens']} new tokens for each of {len(report['prompts'])} "
+             f"held-out prompts; each row is {report['pairs']} interleaved pairs against "
+             "K = 0 (median speedup, min-max).\n"]
+    if "steps" in report:
+        s = report["steps"]
+        lines += ["## Steps (B = 1, median of interleaved repeats)\n",
+                  f"Read bandwidth {s['read_bandwidth_GBps']:.1f} GB/s (sum() of 256 MB); floor = "
+                  f"(weights + KV of {s['live_tokens']} positions) / bandwidth.\n",
+                  "| model | dtype | tokens | ms (min-max) | floor ms | x floor |",
+                  "|---|---|---|---|---|---|"]
+        for name in ("target", "draft"):
+            floor = s[name]["floor_s"]
+            lines += [f"| {name} | {s[name]['dtype']} | {t} | {1e3 * v['median']:.2f} "
+                      f"({1e3 * v['min']:.2f}-{1e3 * v['max']:.2f}) | {1e3 * floor:.2f} | "
+                      f"{v['median'] / floor:.1f}x |" for t, v in s[name]["steps"].items()]
+    lines += ["\n## End to end\n", HEADER]
     lines += [format_row(r) for r in report["end_to_end"]]
     if "batch" in report:
-        lines += ["\n## Batch\n", "| B | T | K | tok/s K=0 | tok/s spec | speedup |", "|---|---|---|---|---|---|"]
+        lines += ["\n## Batch\n", "| B | T | K | tok/s K=0 | tok/s spec | speedup |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {r['B']} | {r['temperature']:g} | {r['K']} | {r['tokens_per_s_K0']:.1f} | "
                   f"{r['tokens_per_s_spec']:.1f} | {r['speedup']:.2f}x |" for r in report["batch"]]
     if "startup" in report:
-        s = report["startup"]
-        lines += ["\n## Start-up (decode to first token)\n", "| cache | first token s | process s |", "|---|---|---|"]
-        lines += [f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |" for k, v in s.items()]
+        lines += ["\n## Start-up (decode to first token)\n",
+                  "| cache | first token s | process s |", "|---|---|---|"]
+        lines += [f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
+                  for k, v in report["startup"].items()]
     lines += ["\n## Speedup against K\n", "```", text_chart, "```"]
     return "\n".join(lines) + "\n"
 

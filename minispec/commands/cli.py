@@ -158,7 +158,6 @@ def run_decode(argv: list[str]) -> int:
             report["baseline_stats"] = baseline.stats.to_dict()
             base_speed = baseline.stats.tokens_per_second
             report["speedup"] = stats.tokens_per_second / base_speed if base_speed else None
-            report["stats"]["c"] = stats.cost_ratio(baseline.stats.target_forward_time)
         print(json.dumps(json_safe(report), allow_nan=False))
         return 0
     print()

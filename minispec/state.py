@@ -1,0 +1,102 @@
+"""What a round reads and writes: the batch's tokens and positions, and its statistics.
+
+Every field is a [B, ...] tensor on the device, so a round is a pure function from one LoopState
+to the next and compiles as one graph. Statistics accumulate here too and are read once, after
+the last round.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class LoopState(NamedTuple):
+    """Everything a round reads and writes, as [B, ...] tensors. Build it by keywords."""
+
+    tokens: torch.Tensor  # [B, S] prompt then generated ids
+    seq_len: torch.Tensor  # [B] tokens so far; the last one is not yet in the target's cache
+    generated: torch.Tensor  # [B]
+    max_new: torch.Tensor  # [B]
+    done: torch.Tensor  # [B] bool
+    seeds: torch.Tensor  # [B]
+    # statistics, accumulated on the device and read once at the end
+    rounds: torch.Tensor  # [B] rounds in which the row was active
+    accepted: torch.Tensor  # [B] accepted drafts
+    position_accepted: torch.Tensor  # [B, K] rounds whose first i+1 drafts were all accepted
+    alpha_sum: torch.Tensor  # [B] float64: sum of beta over verified positions
+    alpha_count: torch.Tensor  # [B] verified positions
+
+    @classmethod
+    def start(cls, tokens: torch.Tensor, prompt_lengths: list[int], max_new_tokens: list[int],
+              seeds: list[int], num_speculative_tokens: int) -> LoopState:
+        """The state before the first round: prompts in place, counters at zero."""
+        b, device = tokens.shape[0], tokens.device
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.zeros(b, *shape, dtype=dtype, device=device)
+
+        def ints(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        return cls(tokens=tokens, seq_len=ints(prompt_lengths), generated=zeros(),
+                   max_new=ints(max_new_tokens), done=zeros(dtype=torch.bool), seeds=ints(seeds),
+                   rounds=zeros(), accepted=zeros(),
+                   position_accepted=zeros(num_speculative_tokens),
+                   alpha_sum=zeros(dtype=torch.float64), alpha_count=zeros())
+
+
+def emitted_count(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
+                  eos_token_id: int) -> torch.Tensor:
+    """How many of a row's n + 1 emitted tokens it keeps [B]: up to and including its first
+    EOS, within its max_new_tokens, none once it is done."""
+    width = emitted.shape[1]
+    j = torch.arange(width, device=emitted.device)
+    count = num_accepted + 1
+    is_eos = (emitted == eos_token_id) & (j < count[:, None])
+    first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), width)
+    count = torch.minimum(torch.minimum(count, first_eos + 1), state.max_new - state.generated)
+    return torch.where(state.done, 0, count)
+
+
+def advance(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
+            beta: torch.Tensor | None, eos_token_id: int) -> tuple[LoopState, torch.Tensor]:
+    """Append each row's kept tokens and move it forward by their count (Algorithm 1's
+    "return prefix + [x_1..x_n, t]"); the KV caches roll back by position alone.
+
+    Returns the new state and the round's snapshot [B, K+4]: emitted ids (-1 past the count),
+    count, n, done. That snapshot is the one thing the host reads.
+    """
+    count = emitted_count(state, emitted, num_accepted, eos_token_id)
+    j = torch.arange(emitted.shape[1], device=emitted.device)
+    keep = j < count[:, None]
+    index = (state.seq_len[:, None] + j).clamp(max=state.tokens.shape[1] - 1)
+    written = torch.where(keep, emitted, state.tokens.gather(1, index))
+    generated = state.generated + count
+    done = state.done | ((emitted == eos_token_id) & keep).any(1) | (generated >= state.max_new)
+    new = accumulate_stats(state, num_accepted, beta)._replace(
+        tokens=state.tokens.scatter(1, index, written), seq_len=state.seq_len + count,
+        generated=generated, done=done)
+    snapshot = torch.cat([torch.where(keep, emitted, -1), count[:, None], num_accepted[:, None],
+                          done[:, None]], 1)
+    return new, snapshot
+
+
+def accumulate_stats(state: LoopState, num_accepted: torch.Tensor,
+                     beta: torch.Tensor | None) -> LoopState:
+    """Count the round for each active row: accepted drafts, the accepted prefix per position,
+    and beta at the positions the sampler tested (the first n + 1, at most K)."""
+    k = state.position_accepted.shape[1]
+    active = ~state.done
+    position = torch.arange(k, device=num_accepted.device)
+    tested = torch.minimum(num_accepted + 1, torch.full_like(num_accepted, k))
+    alpha_sum = state.alpha_sum
+    if beta is not None:
+        in_tested = (position < tested[:, None]) & active[:, None]
+        alpha_sum = alpha_sum + torch.where(in_tested, beta, 0).sum(1).double()
+    prefix = (position < num_accepted[:, None]) & active[:, None]
+    return state._replace(
+        rounds=state.rounds + active.long(),
+        accepted=state.accepted + torch.where(active, num_accepted, 0),
+        position_accepted=state.position_accepted + prefix.long(),
+        alpha_sum=alpha_sum, alpha_count=state.alpha_count + torch.where(active, tested, 0))
