@@ -35,7 +35,7 @@ PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees
 USES_DRAFT_MODEL = ("draft_model", "hybrid")
 # The hybrid trusts a lookup that matched at least this many tokens of context: on bytes, 8 is
 # about two words or an indented identifier, where a copied continuation is usually right.
-HYBRID_THRESHOLD = 8
+DEFAULT_HYBRID_THRESHOLD = 8
 
 
 class GenerationOutput(NamedTuple):
@@ -58,12 +58,14 @@ class SpeculativeDecoder:
     across calls."""
 
     def __init__(self, target: GPT, draft: GPT | None = None, *, compile: bool = True,
-                 suffix_index: SuffixIndex | None = None) -> None:
+                 suffix_index: SuffixIndex | None = None,
+                 hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD) -> None:
         if draft is not None and draft.config.vocab_size != target.config.vocab_size:
             raise ValueError(f"draft vocabulary ({draft.config.vocab_size}) differs from the "
                              f"target's ({target.config.vocab_size})")
         self.target, self.draft = target.eval(), draft.eval() if draft is not None else None
-        self.suffix_index, self.compile = suffix_index, compile
+        self.suffix_index, self.hybrid_threshold, self.compile = (suffix_index, hybrid_threshold,
+                                                                  compile)
         self.device = target.embed.weight.device
         self.max_seq_len = min(target.config.max_seq_len,
                                draft.config.max_seq_len if draft else math.inf)
@@ -86,7 +88,7 @@ class SpeculativeDecoder:
                 "suffix": lambda: suffix,
                 "hybrid": lambda: HybridProposer(lookups,
                                                  DraftModelProposer(self.draft, widest + 1),
-                                                 HYBRID_THRESHOLD),
+                                                 self.hybrid_threshold),
             }[name]()
             host_lookup = suffix if name in ("suffix", "hybrid") else None
             self.rounds[key] = proposer, host_lookup, compile_fn(
