@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.adaptive import RoundTimes, choose_width
+from minispec.adaptive import AdaptiveConfig, RoundTimes, choose_width
 from minispec.compiled import Announced, compile_fn
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import (DraftModelProposer, HybridProposer, NgramProposer, Proposer,
@@ -202,9 +202,7 @@ class SpeculativeDecoder:
             times = self.round_times.setdefault((spec.proposer, b),
                                                 RoundTimes(self.cost_ratio(spec.proposer)))
             relative = times.relative(widths)
-            prior = torch.full((b,), adaptive.prior_alpha, dtype=torch.float64)
-            k = widths[int(choose_width(prior, torch.ones(b, dtype=torch.bool), widths,
-                                        relative, adaptive.margin))]
+            k = self.first_width(adaptive, relative, b)
         rounds_without_draft, done = 0, False
         while not done:
             start = time.perf_counter()
@@ -231,6 +229,15 @@ class SpeculativeDecoder:
                 k = widths[rows[0][-1]]
         self.collect(state, stats)
         return GenerationOutput(outputs, origins, stats)
+
+    @staticmethod
+    def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
+        """The first round's K, every row at the prior alpha (later rounds choose inside the
+        round). Host tensors: no device read."""
+        prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
+        index = choose_width(prior, torch.ones(batch_size, dtype=torch.bool), adaptive.widths,
+                             relative_times, adaptive.margin)
+        return adaptive.widths[int(index)]
 
     def cost_ratio(self, proposer: str) -> float:
         """c before any round was timed: a draft step costs about its share of the parameters
