@@ -70,7 +70,7 @@ class SpeculativeDecoder:
         self.max_seq_len = min(target.config.max_seq_len,
                                draft.config.max_seq_len if draft else math.inf)
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
-        self.rounds: dict[tuple[str, int], tuple[Proposer, SuffixProposer | None, Announced]] = {}
+        self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
         # adaptive K's measurements, per (proposer, batch size)
         self.round_times: dict[tuple[str, int], RoundTimes] = {}
 
@@ -78,7 +78,7 @@ class SpeculativeDecoder:
                  ) -> tuple[Proposer, SuffixProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
         on first use."""
-        key = (name, widest if name == "hybrid" else 0)
+        key = (name, widest if name == "hybrid" else 0, self.suffix_index is not None)
         if key not in self.rounds:
             suffix = SuffixProposer(self.suffix_index) if self.suffix_index else None
             lookups = [NgramProposer()] + ([suffix] if suffix else [])
@@ -163,11 +163,13 @@ class SpeculativeDecoder:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: list[SamplingParams],
                  spec: SpeculativeConfig,
-                 on_tokens: Callable[[int, list[int], list[str]], None] | None = None
-                 ) -> GenerationOutput:
+                 on_tokens: Callable[[int, list[int], list[str]], None] | None = None, *,
+                 warm_up: bool = False) -> GenerationOutput:
         """Decode every prompt (token ids, BOS first) until EOS or its max_new_tokens.
 
         `on_tokens(row, ids, origins)` is called as tokens are accepted, for streaming.
+        `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
+        call can use is compiled before a timed run.
         """
         self.check(prompts, params, spec)
         widths = spec.widths
@@ -197,12 +199,14 @@ class SpeculativeDecoder:
                             rejection_sample_method=rejection_sample_method,
                             eos_token_id=EOS_TOKEN_ID, adaptive=adaptive)
         times = relative = None
-        k = widths[0]
+        pending = list(widths)  # warm_up's schedule
+        k = pending.pop(0)
         if adaptive:
             times = self.round_times.setdefault((spec.proposer, b),
                                                 RoundTimes(self.cost_ratio(spec.proposer)))
             relative = times.relative(widths)
-            k = self.first_width(adaptive, relative, b)
+            if not warm_up:
+                k = self.first_width(adaptive, relative, b)
         rounds_without_draft, done = 0, False
         while not done:
             start = time.perf_counter()
@@ -223,10 +227,12 @@ class SpeculativeDecoder:
             start = time.perf_counter()
             done = self.emit(rows, k, outputs, origins, on_tokens, histories)
             stats.time_emit += time.perf_counter() - start
-            if adaptive:
+            if adaptive:  # the first round of each width, which compiles, is not counted
                 times.observe(k, seconds)
                 relative = times.relative(widths)
                 k = widths[rows[0][-1]]
+            if warm_up:
+                done, k = not pending, pending.pop(0) if pending else k
         self.collect(state, stats)
         return GenerationOutput(outputs, origins, stats)
 
