@@ -22,8 +22,14 @@ import torch
 from minispec.adaptive import AdaptiveConfig, RoundTimes, choose_width
 from minispec.compiled import Announced, compile_fn
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
-from minispec.proposers import (DraftModelProposer, HybridProposer, NgramProposer, Proposer,
-                                SuffixIndex, SuffixProposer)
+from minispec.proposers import (
+    DraftModelProposer,
+    HybridProposer,
+    NgramProposer,
+    Proposer,
+    SuffixIndex,
+    SuffixProposer,
+)
 from minispec.round import speculative_round
 from minispec.state import LoopState
 from minispec.stats import DecodeStats
@@ -214,7 +220,9 @@ class SpeculativeDecoder:
                 self.catch_up_draft(state, rounds_without_draft)
             host_proposal = None
             if k and host_lookup is not None:
+                lookup_start = time.perf_counter()
                 host_proposal = host_lookup.host_propose(histories, k, self.device)
+                stats.time_lookup += time.perf_counter() - lookup_start
             state, snapshot = run_round(
                 state, constraints, host_proposal,
                 None if relative is None else relative.to(self.device),

@@ -28,8 +28,9 @@ from sampling.constraints import RowConstraints, distribution
 def verify(target: GPT, state: LoopState, proposal: Proposal | None) -> torch.Tensor:
     """p_1..p_{K+1}: the target's logits [B, K+1, V] at [last, x_1..x_K], in one forward.
     Placeholders past a short proposal go in as token 0: the logits after them are never read."""
-    last = state.tokens.gather(1, state.seq_len[:, None] - 1)
-    tokens = last if proposal is None else torch.cat([last, proposal.draft_token_ids.clamp(min=0)], 1)
+    tokens = state.tokens.gather(1, state.seq_len[:, None] - 1)  # the last token
+    if proposal is not None:
+        tokens = torch.cat([tokens, proposal.draft_token_ids.clamp(min=0)], 1)
     positions = state.seq_len[:, None] - 1 + torch.arange(tokens.shape[1], device=tokens.device)
     return target(tokens, positions)
 

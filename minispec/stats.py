@@ -41,6 +41,7 @@ class DecodeStats:
     time_prefill: float = 0.0
     time_round: float = 0.0  # the rounds themselves, each up to and including its host read
     time_emit: float = 0.0  # handing tokens to the caller, streaming callback included
+    time_lookup: float = 0.0  # the host's suffix lookups, part of time_round
     # One step of each model, timed apart from the loop (the round is one graph, so the loop
     # cannot split it): filled in by SpeculativeDecoder.time_steps when asked for.
     draft_step_time: float | None = None
@@ -106,7 +107,7 @@ class DecodeStats:
                 "k_histogram": dict(sorted(self.k_histogram.items())),
                 "c": self.cost_ratio(),
                 "time_s": {"prefill": self.time_prefill, "rounds": self.time_round,
-                           "emit": self.time_emit}}
+                           "emit": self.time_emit, "lookup": self.time_lookup}}
 
     def summary(self, baseline: "DecodeStats | None" = None) -> str:
         """Human-readable lines; with a K = 0 baseline, the measured speedup, and Theorem 3.8's

@@ -21,13 +21,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from _enumerate import (
+    chi_square,
+    chi_square_sf,
+    one_thread,  # noqa: F401 (a fixture, used by pytestmark)
+    perturbed_copy,
+    random_gpt,
+    sequence_law,
+)
 
 import minispec.adaptive
 import minispec.proposers.draft_model
-from _enumerate import chi_square, chi_square_sf, perturbed_copy, random_gpt, sequence_law
-from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
-from minispec.decode import SpeculativeDecoder
 from minispec.adaptive import AdaptiveConfig
+from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.proposers import SuffixIndex
 from model import tokenizer

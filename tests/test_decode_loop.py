@@ -13,19 +13,23 @@ import sys
 import numpy as np
 import pytest
 import torch
+from _enumerate import (
+    full_logits,
+    one_thread,  # noqa: F401 (a fixture, used by pytestmark)
+    perturbed_copy,
+    random_gpt,
+)
 
-import minispec.decode as decode
 import minispec.adaptive
+import minispec.decode as decode
 import minispec.rng
 import minispec.round
 import minispec.state
-from _enumerate import full_logits, perturbed_copy, random_gpt
-from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.adaptive import AdaptiveConfig
 from minispec.decode import GenerationOutput, SpeculativeDecoder
-from minispec.state import LoopState, advance, observe
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import SuffixIndex
+from minispec.state import LoopState, advance, observe
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
 

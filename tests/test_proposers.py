@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
+
 from minispec.proposers import NgramProposer, Proposal, hybrid, ngram_propose, one_hot_probs
 from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
 from minispec.state import LoopState
