@@ -12,7 +12,8 @@ import pytest
 import torch
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
-from minispec.proposers import NgramProposer, Proposal, hybrid, ngram_propose, one_hot_probs
+from minispec.proposers import (HybridProposer, NgramProposer, Proposal, hybrid, longest_match,
+                                ngram_propose, one_hot_probs)
 from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
 from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode
@@ -234,3 +235,26 @@ def test_suffix_index_refuses_bad_input() -> None:
         SuffixIndex.build(np.array([], dtype=np.int64))
     with pytest.raises(ValueError, match="min_match"):
         SuffixIndex.build(np.array([1, 2, 3]), min_match=0)
+
+
+class Fixed:
+    """A proposer that returns a given Proposal: a stand-in for a lookup or a draft model."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        self.proposal = proposal
+
+    def propose(self, *args) -> Proposal:
+        return self.proposal
+
+
+def test_hybrid_proposer_takes_the_longest_lookup_past_its_threshold() -> None:
+    ngram = proposal([[1, 1], [2, 2], [3, 3], [-1, -1]], match=[9, 3, 0, 0])
+    suffix = proposal([[4, 4], [5, 5], [6, 6], [-1, -1]], match=[4, 12, 6, 0])
+    model = proposal([[7, 7], [7, 7], [7, 7], [7, 7]])
+    hybrid_proposer = HybridProposer([Fixed(ngram), Fixed(suffix)], Fixed(model), threshold=5)
+    p = hybrid_proposer.propose(None, 2, None, None, "greedy", None)
+    assert p.draft_token_ids.tolist() == [[1, 1], [5, 5], [6, 6], [7, 7]]
+    assert p.match_length.tolist() == [9, 12, 6, 0]
+    assert longest_match([ngram, suffix]).match_length.tolist() == [9, 12, 6, 0]
+    with pytest.raises(ValueError, match="threshold"):
+        HybridProposer([Fixed(ngram)], Fixed(model), threshold=0)
