@@ -31,8 +31,9 @@ def load_decoder(target: str | Path = DEFAULT_TARGET, draft: str | Path = DEFAUL
     return SpeculativeDecoder(target_model, draft_model, compile=compile)
 
 
-def generate(prompts: list[str], *, num_speculative_tokens: int = 4,
-             draft_sample_method: str = "greedy", rejection_sample_method: str = "standard",
+def generate(prompts: list[str], *, num_speculative_tokens: int | str = "auto",
+             draft_sample_method: str = "auto", rejection_sample_method: str = "standard",
+             proposer: str = "draft_model", warm_up: bool = False,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
              seed: int | None = None, max_new_tokens: int = 128,
              params: list[SamplingParams] | None = None,
@@ -40,7 +41,8 @@ def generate(prompts: list[str], *, num_speculative_tokens: int = 4,
              on_tokens: Callable[[int, list[int], list[str]], None] | None = None
              ) -> GenerateResult:
     """Speculatively decode each prompt. Sampling arguments apply to every request, unless
-    `params` gives one SamplingParams per prompt; request i's seed is seed + i when seeded."""
+    `params` gives one SamplingParams per prompt; request i's seed is seed + i when seeded.
+    `warm_up`: compile every graph the settings can use (one round per K) and stop."""
     if isinstance(prompts, str):
         raise ValueError("prompts must be a list of strings, got a single string")
     for i, text in enumerate(prompts):
@@ -49,8 +51,10 @@ def generate(prompts: list[str], *, num_speculative_tokens: int = 4,
     if params is None:
         params = [SamplingParams(temperature, top_k, top_p, None if seed is None else seed + i,
                                  max_new_tokens) for i in range(len(prompts))]
-    spec = SpeculativeConfig(num_speculative_tokens, draft_sample_method, rejection_sample_method)
+    spec = SpeculativeConfig(num_speculative_tokens, draft_sample_method, rejection_sample_method,
+                             proposer)
     decoder = decoder or load_decoder()
-    out = decoder.generate([tokenizer.encode(p) for p in prompts], params, spec, on_tokens)
+    out = decoder.generate([tokenizer.encode(p) for p in prompts], params, spec, on_tokens,
+                           warm_up=warm_up)
     texts = [tokenizer.decode(ids) for ids in out.token_ids]
     return GenerateResult(texts, out.token_ids, out.origins, out.stats)

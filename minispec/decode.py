@@ -1,12 +1,14 @@
 """The decode loop: prefill, then one compiled round per iteration until every row is done.
 
-    generate = check -> prefill -> repeat { round (one compiled call) -> emit } -> collect
+    generate = check -> prefill -> repeat { [host lookup] -> round (one compiled call) -> emit }
+               -> collect
 
 A round (minispec/round.py) is Algorithm 1 for the whole batch, K = 0 being the baseline. All
-shapes are static: [B, 2] and [B, 1] draft steps and a [B, K+1] verify inside the round, a
-padded prefill outside it. Finished rows keep computing, frozen in place, rather than shrinking
-the batch. Python's whole per-round work is one call of the round, one device->host read of its
-snapshot (which also decides stopping), and the streaming callback.
+shapes are static: draft steps and a [B, K+1] verify inside the round, a padded prefill outside
+it. Finished rows keep computing, frozen in place, rather than shrinking the batch. Python's
+whole per-round work is one call of the round, one device->host read of its snapshot (which
+also decides stopping and, with num_speculative_tokens="auto", the next round's K), the
+streaming callback, and for the suffix proposer a lookup in tokens the host already holds.
 """
 from __future__ import annotations
 
@@ -17,9 +19,18 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.compiled import compile_fn
+from minispec.adaptive import AdaptiveConfig, RoundTimes, choose_width
+from minispec.compiled import Announced, compile_fn
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
-from minispec.round import DraftModelProposer, speculative_round
+from minispec.proposers import (
+    DraftModelProposer,
+    HybridProposer,
+    NgramProposer,
+    Proposer,
+    SuffixIndex,
+    SuffixProposer,
+)
+from minispec.round import speculative_round
 from minispec.state import LoopState
 from minispec.stats import DecodeStats
 from model.gpt import GPT
@@ -27,45 +38,80 @@ from model.tokenizer import EOS_TOKEN_ID
 
 ACCEPTED, CORRECTIVE, BONUS, TARGET = "accepted", "corrective", "bonus", "target"
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
+USES_DRAFT_MODEL = ("draft_model", "hybrid")
+# The hybrid trusts a lookup that matched at least this many tokens of context: on bytes, 8 is
+# about two words or an indented identifier, where a copied continuation is usually right.
+DEFAULT_HYBRID_THRESHOLD = 8
 
 
 class GenerationOutput(NamedTuple):
     token_ids: list[list[int]]  # generated ids per request (prompt excluded)
-    origins: list[list[str]]  # per token: accepted, corrective, bonus, or target (K = 0)
+    origins: list[list[str]]  # per token: accepted, corrective, bonus, or target (no drafts)
     stats: DecodeStats
 
 
-def origins_of(count: int, num_accepted: int, k: int) -> list[str]:
-    """Where each of a row's `count` kept tokens came from, in a round that accepted n."""
-    if k == 0:
+def origins_of(count: int, num_accepted: int, num_drafts: int) -> list[str]:
+    """Where each of a row's `count` kept tokens came from, in a round that proposed L drafts
+    and accepted n of them."""
+    if num_drafts == 0:
         return [TARGET] * count
-    last = BONUS if num_accepted == k else CORRECTIVE
+    last = BONUS if num_accepted == num_drafts else CORRECTIVE
     return [ACCEPTED if j < num_accepted else last for j in range(count)]
 
 
 class SpeculativeDecoder:
-    """A target (and optionally a draft) with a compiled round, reusable across calls."""
+    """A target (and optionally a draft model and a suffix index) with compiled rounds, reusable
+    across calls."""
 
-    def __init__(self, target: GPT, draft: GPT | None = None, *, compile: bool = True) -> None:
+    def __init__(self, target: GPT, draft: GPT | None = None, *, compile: bool = True,
+                 suffix_index: SuffixIndex | None = None,
+                 hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD) -> None:
         if draft is not None and draft.config.vocab_size != target.config.vocab_size:
             raise ValueError(f"draft vocabulary ({draft.config.vocab_size}) differs from the "
                              f"target's ({target.config.vocab_size})")
         self.target, self.draft = target.eval(), draft.eval() if draft is not None else None
-        self.proposer = DraftModelProposer(self.draft) if draft is not None else None
+        self.suffix_index, self.hybrid_threshold, self.compile = (suffix_index, hybrid_threshold,
+                                                                  compile)
         self.device = target.embed.weight.device
         self.max_seq_len = min(target.config.max_seq_len,
                                draft.config.max_seq_len if draft else math.inf)
-        # One graph per (K, B, methods, filters on): the whole round, draft steps included.
-        self.round = compile_fn(partial(speculative_round, self.target, self.proposer),
-                                "round", compile, self.device)
+        # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
+        self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
+        # adaptive K's measurements, per (proposer, batch size)
+        self.round_times: dict[tuple[str, int], RoundTimes] = {}
+
+    def proposer(self, name: str, widest: int
+                 ) -> tuple[Proposer, SuffixProposer | None, Announced]:
+        """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
+        on first use."""
+        key = (name, widest if name == "hybrid" else 0, self.suffix_index is not None)
+        if key not in self.rounds:
+            suffix = SuffixProposer(self.suffix_index) if self.suffix_index else None
+            lookups = [NgramProposer()] + ([suffix] if suffix else [])
+            proposer = {
+                "draft_model": lambda: DraftModelProposer(self.draft),
+                "ngram": NgramProposer,
+                "suffix": lambda: suffix,
+                "hybrid": lambda: HybridProposer(lookups,
+                                                 DraftModelProposer(self.draft, widest + 1),
+                                                 self.hybrid_threshold),
+            }[name]()
+            host_lookup = suffix if name in ("suffix", "hybrid") else None
+            self.rounds[key] = proposer, host_lookup, compile_fn(
+                partial(speculative_round, self.target, proposer), f"round[{name}]",
+                self.compile, self.device)
+        return self.rounds[key]
 
     def check(self, prompts: list[list[int]], params: list[SamplingParams],
               spec: SpeculativeConfig) -> None:
         """Every bad input raises ValueError naming it, before anything is computed."""
         spec.validate()
-        k = spec.num_speculative_tokens
-        if k > 0 and self.draft is None:
-            raise ValueError("num_speculative_tokens > 0 needs a draft model")
+        k = max(spec.widths)
+        if k > 0 and spec.proposer in USES_DRAFT_MODEL and self.draft is None:
+            raise ValueError(f"proposer {spec.proposer!r} needs a draft model")
+        if k > 0 and spec.proposer == "suffix" and self.suffix_index is None:
+            raise ValueError("proposer 'suffix' needs a suffix index: "
+                             "SpeculativeDecoder(..., suffix_index=...)")
         if not prompts or len(params) != len(prompts):
             raise ValueError(f"need one SamplingParams per prompt, got {len(params)} for "
                              f"{len(prompts)} prompts")
@@ -85,16 +131,17 @@ class SpeculativeDecoder:
                                  f"context of {self.max_seq_len} tokens")
 
     @torch.no_grad()
-    def prefill(self, prompts: list[list[int]], params: list[SamplingParams],
-                k: int) -> LoopState:
-        """Fill both caches with every prompt token but the last (which the first round feeds).
+    def prefill(self, prompts: list[list[int]], params: list[SamplingParams], k: int,
+                uses_draft: bool = True) -> LoopState:
+        """Fill the caches (the target's, and the draft's when it drafts) with every prompt token
+        but the last (which the first round feeds). k: the widest K of any round.
 
         Eager: prefill runs once per request, so compiling its padded shapes would cost more
         start-up than it saves."""
         b = len(prompts)
-        for model in (self.target, self.draft if k else None):
-            if model is not None:
-                model.setup_cache(b)  # kept when it already fits: the models own their caches
+        models = [self.target] + ([self.draft] if k and uses_draft else [])
+        for model in models:
+            model.setup_cache(b)  # kept when it already fits: the models own their caches
         tokens = torch.zeros(b, self.max_seq_len, dtype=torch.long)
         for i, prompt in enumerate(prompts):
             tokens[i, :len(prompt)] = torch.tensor(prompt)
@@ -104,69 +151,140 @@ class SpeculativeDecoder:
         positions = torch.arange(width, device=self.device).expand(b, width)
         # Right padding is harmless: pad entries sit past each row's prompt, where keys are
         # masked until the row's own tokens overwrite them.
-        for model in (self.target, self.draft if k else None):
-            if model is not None:
-                model(tokens[:, :width], positions)
+        for model in models:
+            model(tokens[:, :width], positions)
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
         return LoopState.start(tokens, [len(p) for p in prompts],
                                [p.max_new_tokens for p in params], seeds, k)
 
     @torch.no_grad()
+    def catch_up_draft(self, state: LoopState, rounds_behind: int) -> None:
+        """After rounds without drafts (adaptive K = 0), the draft missed one token per row per
+        round: feed it the row's last rounds_behind + 2 tokens, eagerly, once per switch. (A
+        missed token would not break exactness, only the draft's aim.)"""
+        back = torch.arange(rounds_behind + 1, -1, -1, device=self.device)
+        positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+        self.draft(state.tokens.gather(1, positions), positions)
+
+    @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: list[SamplingParams],
                  spec: SpeculativeConfig,
-                 on_tokens: Callable[[int, list[int], list[str]], None] | None = None
-                 ) -> GenerationOutput:
+                 on_tokens: Callable[[int, list[int], list[str]], None] | None = None, *,
+                 warm_up: bool = False) -> GenerationOutput:
         """Decode every prompt (token ids, BOS first) until EOS or its max_new_tokens.
 
         `on_tokens(row, ids, origins)` is called as tokens are accepted, for streaming.
+        `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
+        call can use is compiled before a timed run.
         """
         self.check(prompts, params, spec)
-        k = spec.num_speculative_tokens
-        stats = DecodeStats(k, position_accepted=[0] * k)
+        widths = spec.widths
+        widest, b = max(widths), len(prompts)
+        greedy_batch = all(p.temperature == 0 for p in params)
+        draft_sample_method = spec.draft_sample_method
+        if draft_sample_method == "auto":
+            draft_sample_method = "greedy" if greedy_batch else "probabilistic"
+        # With a greedy target everywhere, block verification accepts exactly what the token-wise
+        # rule does (as for one-hot drafts, which the sampler itself sends to "standard").
+        rejection_sample_method = spec.rejection_sample_method
+        if rejection_sample_method == "block" and greedy_batch:
+            rejection_sample_method = "standard"
+        uses_draft = spec.proposer in USES_DRAFT_MODEL
+        # K = 0 only: no proposer runs, and any proposer's round is the baseline.
+        _, host_lookup, compiled_round = self.proposer(spec.proposer if widest else "draft_model",
+                                                       widest)
+        adaptive = spec.adaptive if spec.num_speculative_tokens == "auto" else None
+        stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
-        state = self.prefill(prompts, params, k)
+        state = self.prefill(prompts, params, widest, uses_draft)
         constraints = row_constraints(params, self.device)
         stats.time_prefill = time.perf_counter() - start
         outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
-        run_round = partial(self.round, num_speculative_tokens=k,
-                            draft_sample_method=spec.draft_sample_method,
-                            rejection_sample_method=spec.rejection_sample_method,
-                            eos_token_id=EOS_TOKEN_ID)
-        done = False
+        histories = [list(p) for p in prompts]  # what the host lookup reads
+        run_round = partial(compiled_round, draft_sample_method=draft_sample_method,
+                            rejection_sample_method=rejection_sample_method,
+                            eos_token_id=EOS_TOKEN_ID, adaptive=adaptive)
+        times = relative = None
+        pending = list(widths)  # warm_up's schedule
+        k = pending.pop(0)
+        if adaptive:
+            times = self.round_times.setdefault((spec.proposer, b),
+                                                RoundTimes(self.cost_ratio(spec.proposer)))
+            relative = times.relative(widths)
+            if not warm_up:
+                k = self.first_width(adaptive, relative, b)
+        rounds_without_draft, done = 0, False
         while not done:
             start = time.perf_counter()
-            state, snapshot = run_round(state, constraints)
+            if k and uses_draft and rounds_without_draft:
+                self.catch_up_draft(state, rounds_without_draft)
+            host_proposal = None
+            if k and host_lookup is not None:
+                lookup_start = time.perf_counter()
+                host_proposal = host_lookup.host_propose(histories, k, self.device)
+                stats.time_lookup += time.perf_counter() - lookup_start
+            state, snapshot = run_round(
+                state, constraints, host_proposal,
+                None if relative is None else relative.to(self.device),
+                num_speculative_tokens=k)
             rows = snapshot.tolist()  # the round's one host read
-            stats.count_round(time.perf_counter() - start, host_reads=1,
-                              compiled_calls=int(self.round.compiled))
+            seconds = time.perf_counter() - start
+            stats.count_round(seconds, host_reads=1, compiled_calls=int(compiled_round.compiled),
+                              k=k)
+            rounds_without_draft = 0 if k else rounds_without_draft + 1
             start = time.perf_counter()
-            done = self.emit(rows, k, outputs, origins, on_tokens)
+            done = self.emit(rows, k, outputs, origins, on_tokens, histories)
             stats.time_emit += time.perf_counter() - start
+            if adaptive:  # the first round of each width, which compiles, is not counted
+                times.observe(k, seconds)
+                relative = times.relative(widths)
+                k = widths[rows[0][-1]]
+            if warm_up:
+                done, k = not pending, pending.pop(0) if pending else k
         self.collect(state, stats)
         return GenerationOutput(outputs, origins, stats)
 
     @staticmethod
+    def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
+        """The first round's K, every row at the prior alpha (later rounds choose inside the
+        round). Host tensors: no device read."""
+        prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
+        index = choose_width(prior, torch.ones(batch_size, dtype=torch.bool), adaptive.widths,
+                             relative_times, adaptive.margin)
+        return adaptive.widths[int(index)]
+
+    def cost_ratio(self, proposer: str) -> float:
+        """c before any round was timed: a draft step costs about its share of the parameters
+        (steps are memory-bound); a lookup costs next to nothing."""
+        if proposer not in USES_DRAFT_MODEL:
+            return 0.0
+        size = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731
+        return size(self.draft) / size(self.target)
+
+    @staticmethod
     def emit(rows: list[list[int]], k: int, outputs: list[list[int]], origins: list[list[str]],
-             on_tokens: Callable[[int, list[int], list[str]], None] | None) -> bool:
+             on_tokens: Callable[[int, list[int], list[str]], None] | None,
+             histories: list[list[int]]) -> bool:
         """Hand each row's new tokens to the caller; True once every row is done."""
         for i, row in enumerate(rows):
-            count, num_accepted = row[k + 1], row[k + 2]
+            count, num_accepted, num_drafts = row[k + 1:k + 4]
             if count:
-                kinds = origins_of(count, num_accepted, k)
+                kinds = origins_of(count, num_accepted, num_drafts)
                 outputs[i] += row[:count]
+                histories[i] += row[:count]
                 origins[i] += kinds
                 if on_tokens:
                     on_tokens(i, row[:count], kinds)
-        return all(row[k + 3] for row in rows)
+        return all(row[k + 4] for row in rows)
 
     @staticmethod
     def collect(state: LoopState, stats: DecodeStats) -> None:
         """Copy the device-side counters into stats: one read, after the last round."""
         counters = [state.rounds, state.accepted, state.generated, state.alpha_count,
-                    state.alpha_sum]
+                    state.drafted, state.alpha_sum]
         totals = torch.cat([torch.stack([c.sum().double() for c in counters]),
                             state.position_accepted.sum(0).double()]).tolist()
-        stats.rounds, stats.accepted, stats.emitted, stats.alpha_count = map(int, totals[:4])
-        stats.drafted = stats.rounds * stats.num_speculative_tokens
-        stats.alpha_sum = totals[4]
-        stats.position_accepted = [int(a) for a in totals[5:]]
+        (stats.rounds, stats.accepted, stats.emitted, stats.alpha_count,
+         stats.drafted) = map(int, totals[:5])
+        stats.alpha_sum = totals[5]
+        stats.position_accepted = [int(a) for a in totals[6:]]

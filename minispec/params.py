@@ -5,14 +5,21 @@ that one object goes from here to the sampler's kernels.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from minispec.adaptive import AdaptiveConfig
 from sampling.constraints import RowConstraints, normalize_params
 from sampling.rejection import REJECTION_SAMPLE_METHODS
 
-DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+# "auto": greedy when every request of the batch is greedy (T = 0), probabilistic otherwise: at
+# T > 0 a sampled draft is accepted far more often than an argmax one.
+DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
+# Where drafts come from (vLLM's speculative_config "method"): a draft model, n-gram lookup in
+# the request's own tokens, a suffix index over a corpus, or a lookup where it matched well and
+# the draft model elsewhere.
+PROPOSERS = ("draft_model", "ngram", "suffix", "hybrid")
 MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
 
 
@@ -41,23 +48,35 @@ class SamplingParams:
 
 @dataclass(slots=True)
 class SpeculativeConfig:
-    """How to speculate. num_speculative_tokens = 0 is plain target-only decoding (the baseline)."""
+    """How to speculate. num_speculative_tokens = 0 is plain target-only decoding (the baseline);
+    "auto" chooses K each round from adaptive.widths (minispec/adaptive.py)."""
 
-    num_speculative_tokens: int = 4
-    draft_sample_method: str = "greedy"  # argmax with a one-hot q, as vLLM's default
+    num_speculative_tokens: int | str = "auto"
+    draft_sample_method: str = "auto"
     rejection_sample_method: str = "standard"  # "naive" is the wrong rule, kept to show its bias
+    proposer: str = "draft_model"
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
 
     def validate(self) -> None:
         k = self.num_speculative_tokens
-        if not (isinstance(k, int) and 0 <= k <= MAX_SPECULATIVE_TOKENS):
-            raise ValueError(f"num_speculative_tokens must be an int in "
+        if k != "auto" and not (isinstance(k, int) and 0 <= k <= MAX_SPECULATIVE_TOKENS):
+            raise ValueError(f"num_speculative_tokens must be 'auto' or an int in "
                              f"[0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
-        if self.draft_sample_method not in DRAFT_SAMPLE_METHODS:
-            raise ValueError(f"unknown draft_sample_method {self.draft_sample_method!r}; "
-                             f"choose from {', '.join(DRAFT_SAMPLE_METHODS)}")
-        if self.rejection_sample_method not in REJECTION_SAMPLE_METHODS:
-            raise ValueError(f"unknown rejection_sample_method {self.rejection_sample_method!r}; "
-                             f"choose from {', '.join(REJECTION_SAMPLE_METHODS)}")
+        if k == "auto" and max(self.adaptive.widths) > MAX_SPECULATIVE_TOKENS:
+            raise ValueError(f"adaptive widths must be at most {MAX_SPECULATIVE_TOKENS}, got "
+                             f"{self.adaptive.widths}")
+        for name, choices in (("draft_sample_method", DRAFT_SAMPLE_METHODS),
+                              ("rejection_sample_method", REJECTION_SAMPLE_METHODS),
+                              ("proposer", PROPOSERS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; "
+                                 f"choose from {', '.join(choices)}")
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The K each round may use: one for a fixed K, adaptive.widths for "auto"."""
+        k = self.num_speculative_tokens
+        return self.adaptive.widths if k == "auto" else (k,)
 
 
 def row_constraints(params: list[SamplingParams], device: torch.device) -> RowConstraints:

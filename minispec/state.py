@@ -22,15 +22,20 @@ class LoopState(NamedTuple):
     seeds: torch.Tensor  # [B]
     # statistics, accumulated on the device and read once at the end
     rounds: torch.Tensor  # [B] rounds in which the row was active
+    drafted: torch.Tensor  # [B] drafts proposed (a short proposal counts its own length)
     accepted: torch.Tensor  # [B] accepted drafts
     position_accepted: torch.Tensor  # [B, K] rounds whose first i+1 drafts were all accepted
     alpha_sum: torch.Tensor  # [B] float64: sum of beta over verified positions
     alpha_count: torch.Tensor  # [B] verified positions
+    # adaptive K's running alpha (minispec/adaptive.py): decayed sums of beta and of positions
+    estimate_sum: torch.Tensor  # [B] float64
+    estimate_weight: torch.Tensor  # [B] float64
 
     @classmethod
     def start(cls, tokens: torch.Tensor, prompt_lengths: list[int], max_new_tokens: list[int],
               seeds: list[int], num_speculative_tokens: int) -> LoopState:
-        """The state before the first round: prompts in place, counters at zero."""
+        """The state before the first round: prompts in place, counters at zero.
+        num_speculative_tokens is the widest K any round will use."""
         b, device = tokens.shape[0], tokens.device
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -41,9 +46,32 @@ class LoopState(NamedTuple):
 
         return cls(tokens=tokens, seq_len=ints(prompt_lengths), generated=zeros(),
                    max_new=ints(max_new_tokens), done=zeros(dtype=torch.bool), seeds=ints(seeds),
-                   rounds=zeros(), accepted=zeros(),
+                   rounds=zeros(), drafted=zeros(), accepted=zeros(),
                    position_accepted=zeros(num_speculative_tokens),
-                   alpha_sum=zeros(dtype=torch.float64), alpha_count=zeros())
+                   alpha_sum=zeros(dtype=torch.float64), alpha_count=zeros(),
+                   estimate_sum=zeros(dtype=torch.float64),
+                   estimate_weight=zeros(dtype=torch.float64))
+
+
+class Observation(NamedTuple):
+    """What one round saw of each active row's acceptance (zeros for done rows)."""
+
+    tested: torch.Tensor  # [B] positions the sampler tested: the first n + 1, at most L
+    beta_sum: torch.Tensor  # [B] float64: sum of beta over them
+
+
+def observe(state: LoopState, num_accepted: torch.Tensor, num_draft_tokens: torch.Tensor | None,
+            beta: torch.Tensor | None) -> Observation:
+    """The tested positions of a round with L = num_draft_tokens drafts per row: the first
+    n + 1 of them, and only n when all L passed (nothing tested the end of a proposal)."""
+    active = ~state.done
+    if num_draft_tokens is None:  # K = 0
+        zero = torch.zeros_like(num_accepted)
+        return Observation(zero, zero.double())
+    tested = torch.where(active, torch.minimum(num_accepted + 1, num_draft_tokens), 0)
+    position = torch.arange(beta.shape[1], device=beta.device)
+    beta_sum = torch.where(position < tested[:, None], beta, 0).sum(1).double()
+    return Observation(tested, beta_sum)
 
 
 def emitted_count(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
@@ -60,12 +88,13 @@ def emitted_count(state: LoopState, emitted: torch.Tensor, num_accepted: torch.T
 
 
 def advance(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
-            beta: torch.Tensor | None, eos_token_id: int) -> tuple[LoopState, torch.Tensor]:
+            num_draft_tokens: torch.Tensor | None, observed: Observation,
+            eos_token_id: int) -> tuple[LoopState, torch.Tensor]:
     """Append each row's kept tokens and move it forward by their count (Algorithm 1's
     "return prefix + [x_1..x_n, t]"); the KV caches roll back by position alone.
 
-    Returns the new state and the round's snapshot [B, K+4]: emitted ids (-1 past the count),
-    count, n, done. That snapshot is the one thing the host reads.
+    Returns the new state and the round's snapshot [B, K+5]: emitted ids (-1 past the count),
+    count, n, L (the row's drafts), done. That snapshot is the one thing the host reads.
     """
     count = emitted_count(state, emitted, num_accepted, eos_token_id)
     j = torch.arange(emitted.shape[1], device=emitted.device)
@@ -74,29 +103,27 @@ def advance(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
     written = torch.where(keep, emitted, state.tokens.gather(1, index))
     generated = state.generated + count
     done = state.done | ((emitted == eos_token_id) & keep).any(1) | (generated >= state.max_new)
-    new = accumulate_stats(state, num_accepted, beta)._replace(
+    drafts = torch.zeros_like(count) if num_draft_tokens is None else num_draft_tokens
+    new = accumulate_stats(state, num_accepted, drafts, observed)._replace(
         tokens=state.tokens.scatter(1, index, written), seq_len=state.seq_len + count,
         generated=generated, done=done)
     snapshot = torch.cat([torch.where(keep, emitted, -1), count[:, None], num_accepted[:, None],
-                          done[:, None]], 1)
+                          drafts[:, None], done[:, None]], 1)
     return new, snapshot
 
 
-def accumulate_stats(state: LoopState, num_accepted: torch.Tensor,
-                     beta: torch.Tensor | None) -> LoopState:
-    """Count the round for each active row: accepted drafts, the accepted prefix per position,
-    and beta at the positions the sampler tested (the first n + 1, at most K)."""
+def accumulate_stats(state: LoopState, num_accepted: torch.Tensor, num_draft_tokens: torch.Tensor,
+                     observed: Observation) -> LoopState:
+    """Count the round for each active row: its drafts, the accepted ones, the accepted prefix
+    per position, and beta at the positions the sampler tested."""
     k = state.position_accepted.shape[1]
     active = ~state.done
     position = torch.arange(k, device=num_accepted.device)
-    tested = torch.minimum(num_accepted + 1, torch.full_like(num_accepted, k))
-    alpha_sum = state.alpha_sum
-    if beta is not None:
-        in_tested = (position < tested[:, None]) & active[:, None]
-        alpha_sum = alpha_sum + torch.where(in_tested, beta, 0).sum(1).double()
     prefix = (position < num_accepted[:, None]) & active[:, None]
     return state._replace(
         rounds=state.rounds + active.long(),
+        drafted=state.drafted + torch.where(active, num_draft_tokens, 0),
         accepted=state.accepted + torch.where(active, num_accepted, 0),
         position_accepted=state.position_accepted + prefix.long(),
-        alpha_sum=alpha_sum, alpha_count=state.alpha_count + torch.where(active, tested, 0))
+        alpha_sum=state.alpha_sum + observed.beta_sum,
+        alpha_count=state.alpha_count + observed.tested)

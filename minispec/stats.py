@@ -6,6 +6,7 @@ mean acceptance length is 1 + accepted / rounds, which eq. (1) predicts.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -21,9 +22,11 @@ def predicted_speedup(alpha: float, k: int, c: float) -> float:
 
 @dataclass(slots=True)
 class DecodeStats:
-    """Totals over one generate() call, summed over rows (row-rounds count as target forwards)."""
+    """Totals over one generate() call, summed over rows (row-rounds count as target forwards).
+    With num_speculative_tokens = "auto", per-position acceptance counts every round, whatever
+    its K, and k_histogram says how many batch rounds ran at each K."""
 
-    num_speculative_tokens: int
+    num_speculative_tokens: int | str
     rounds: int = 0  # row-rounds: one target forward of one active row
     drafted: int = 0
     accepted: int = 0
@@ -32,18 +35,21 @@ class DecodeStats:
     alpha_count: int = 0
     position_accepted: list[int] = field(default_factory=list)  # i -> rounds, first i+1 accepted
     batch_rounds: int = 0  # loop iterations (one batched target forward each)
+    k_histogram: Counter = field(default_factory=Counter)  # K -> batch rounds that used it
     compiled_calls: int = 0  # calls into compiled code inside rounds: one guard check each
     host_syncs: int = 0  # device->host reads inside rounds, counted where they happen
     time_prefill: float = 0.0
     time_round: float = 0.0  # the rounds themselves, each up to and including its host read
     time_emit: float = 0.0  # handing tokens to the caller, streaming callback included
+    time_lookup: float = 0.0  # the host's suffix lookups, part of time_round
     # One step of each model, timed apart from the loop (the round is one graph, so the loop
     # cannot split it): filled in by SpeculativeDecoder.time_steps when asked for.
     draft_step_time: float | None = None
     target_step_time: float | None = None
 
-    def count_round(self, seconds: float, host_reads: int, compiled_calls: int) -> None:
+    def count_round(self, seconds: float, host_reads: int, compiled_calls: int, k: int) -> None:
         self.batch_rounds += 1
+        self.k_histogram[k] += 1
         self.time_round += seconds
         self.host_syncs += host_reads
         self.compiled_calls += compiled_calls
@@ -98,9 +104,10 @@ class DecodeStats:
                 "tokens_per_second": self.tokens_per_second, "emitted": self.emitted,
                 "rounds": self.rounds, "host_syncs_per_round": self.per_round(self.host_syncs),
                 "compiled_calls_per_round": self.per_round(self.compiled_calls),
+                "k_histogram": dict(sorted(self.k_histogram.items())),
                 "c": self.cost_ratio(),
                 "time_s": {"prefill": self.time_prefill, "rounds": self.time_round,
-                           "emit": self.time_emit}}
+                           "emit": self.time_emit, "lookup": self.time_lookup}}
 
     def summary(self, baseline: "DecodeStats | None" = None) -> str:
         """Human-readable lines; with a K = 0 baseline, the measured speedup, and Theorem 3.8's
@@ -115,6 +122,9 @@ class DecodeStats:
                       f"  mean acceptance length       {self.mean_acceptance_length:.3f}",
                       "  per-position acceptance      "
                       + " ".join(f"{a:.2f}" for a in self.per_position_acceptance)]
+        if k == "auto":
+            lines.append("  K chosen (K: rounds)         "
+                         + " ".join(f"{w}: {n}" for w, n in sorted(self.k_histogram.items())))
         lines += [f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
                   f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
                   f"  guard checks per round       {self.per_round(self.compiled_calls):.2f}",
@@ -125,7 +135,7 @@ class DecodeStats:
         if k and baseline:
             speedup = self.tokens_per_second / baseline.tokens_per_second
             line = f"  speedup vs K = 0             {speedup:.2f}x measured"
-            if self.alpha is not None and self.cost_ratio() is not None:
+            if self.alpha is not None and self.cost_ratio() is not None and k != "auto":
                 predicted = predicted_speedup(self.alpha, k, self.cost_ratio())
                 line += f", {predicted:.2f}x predicted (Theorem 3.8)"
             lines.append(line)

@@ -58,6 +58,7 @@ BAD_INPUT = {
     "K not an integer": ({}, ["-k", "two"]),
     "unknown draft method": ({}, ["--draft-sample-method", "beam"]),
     "unknown rejection method": ({}, ["--rejection-sample-method", "lenient"]),
+    "unknown proposer": ({}, ["--proposer", "oracle"]),
     "negative temperature": ({}, ["--temperature", "-0.5"]),
     "top_p zero": ({}, ["--top-p", "0"]),
     "top_p above one": ({}, ["--top-p", "1.5"]),

@@ -21,12 +21,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from _enumerate import (
+    chi_square,
+    chi_square_sf,
+    one_thread,  # noqa: F401 (a fixture, used by pytestmark)
+    perturbed_copy,
+    random_gpt,
+    sequence_law,
+)
 
-import minispec.round
-from _enumerate import chi_square, chi_square_sf, perturbed_copy, random_gpt, sequence_law
-from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
+import minispec.adaptive
+import minispec.proposers.draft_model
+from minispec.adaptive import AdaptiveConfig
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.proposers import SuffixIndex
 from model import tokenizer
 from model.checkpoint import load_pair
 from model.gpt import GPT
@@ -65,6 +74,17 @@ def test_greedy_float64_speculative_equals_target_only(float64_pair: tuple[GPT, 
             assert out.token_ids == baseline.token_ids, (k, method)
             # Both branches of the round ran: some drafts accepted, some rejected.
             assert 0 < out.stats.accepted < out.stats.drafted, (k, method)
+
+
+def test_greedy_float64_every_proposer_equals_target_only(float64_pair: tuple[GPT, GPT]) -> None:
+    decoder = SpeculativeDecoder(*float64_pair, compile=False, suffix_index=lookup_index(),
+                                 hybrid_threshold=3)
+    baseline = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(0))
+    for proposer in ("ngram", "suffix", "hybrid"):
+        for k in (3, "auto"):
+            out = decoder.generate(GREEDY_PROMPTS, greedy_params(),
+                                   SpeculativeConfig(k, proposer=proposer))
+            assert out.token_ids == baseline.token_ids, (proposer, k)
 
 
 SHIPPED_PROMPTS = ["import os\n\n\ndef ", "def add(a, b):\n    return", "import os\n\n\nclass ", "The quick brown fox"]
@@ -107,7 +127,13 @@ CASES = [
     ("greedy", 3, 4, 0.7), ("probabilistic", 3, 4, 0.7),
 ]
 MIXED_TEMPERATURES = (0.0, 0.6, 1.7)
-NUM_CHI_SQUARE_TESTS = len(CASES) + 1  # + the mixed-temperature batch
+BLOCK_CASES = [(2, 0, 1.0), (3, 4, 0.7)]  # (K, top_k, top_p); K = 2 is not degenerate
+# (proposer, rejection_sample_method): every proposer, and block with the hybrid's mixed q
+# (one-hot for lookup rows, the draft's for the others) and its short proposals.
+PROPOSER_CASES = [("ngram", "standard"), ("suffix", "standard"), ("hybrid", "standard"),
+                  ("hybrid", "block")]
+# + the mixed-temperature batch and the adaptive-K test
+NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 2
 FALSE_ALARM = 1e-6 / NUM_CHI_SQUARE_TESTS
 
 
@@ -124,10 +150,20 @@ def law(prompt: tuple[int, ...], temperature: float, top_k: int, top_p: float) -
     return sequence_law(exactness_pair()[0], list(prompt), NEW_TOKENS, temperature, top_k, top_p)
 
 
+@lru_cache(maxsize=1)
+def lookup_index() -> SuffixIndex:
+    """A corpus of 200 random tokens: about a third of the 512 possible 3-token contexts occur in
+    it, so some rows get a suffix proposal and others none, and which changes as they grow."""
+    corpus = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(5))
+    return SuffixIndex.build(corpus.numpy(), min_match=3)
+
+
 def sample_sequences(spec: SpeculativeConfig, row_params: list[SamplingParams],
                      prompts: list[list[int]]) -> list[tuple[int, ...]]:
-    """One batched generate: every row its own seed (taken from row_params)."""
-    decoder = SpeculativeDecoder(*exactness_pair(), compile=False)
+    """One batched generate: every row its own seed (taken from row_params). The hybrid takes a
+    lookup that matched 3 tokens (the n-gram proposer's shortest match), so it mixes often."""
+    decoder = SpeculativeDecoder(*exactness_pair(), compile=False, suffix_index=lookup_index(),
+                                 hybrid_threshold=3)
     out = decoder.generate(prompts, row_params, spec)
     assert all(len(t) == NEW_TOKENS for t in out.token_ids)
     return [tuple(t) for t in out.token_ids]
@@ -173,12 +209,12 @@ def test_naive_rule_fails_the_same_test(method: str, k: int, top_k: int, top_p: 
 def test_a_drafter_breaking_the_q_contract_fails_the_same_test(monkeypatch: pytest.MonkeyPatch) -> None:
     """Power: a probabilistic drafter that samples under top-k but passes on the unfiltered
     softmax as draft_probs (the bug of transformers issue 47932) biases the output."""
-    real_sample = minispec.round.sample
+    real_sample = minispec.proposers.draft_model.sample
 
     def unfiltered_q(logits: torch.Tensor, **kwargs) -> SampleOutput:
         return SampleOutput(real_sample(logits, **kwargs).token_ids, logits.float().softmax(-1))
 
-    monkeypatch.setattr(minispec.round, "sample", unfiltered_q)
+    monkeypatch.setattr(minispec.proposers.draft_model, "sample", unfiltered_q)
     groups = [(p, SamplingParams(1.0, top_k=3)) for p in PROMPTS]
     assert fit_p_value(SpeculativeConfig(1, "probabilistic"), groups, seed_base=60_000_000) < FALSE_ALARM
 
@@ -189,3 +225,45 @@ def test_mixed_temperatures_in_one_batch() -> None:
     groups = [(prompt, SamplingParams(t)) for prompt in PROMPTS for t in MIXED_TEMPERATURES]
     p_value = fit_p_value(SpeculativeConfig(3, "probabilistic"), groups, seed_base=70_000_000, rows_per_group=2000)
     assert p_value > FALSE_ALARM
+
+
+@pytest.mark.parametrize("k,top_k,top_p", BLOCK_CASES)
+def test_block_verification_keeps_the_law(k: int, top_k: int, top_p: float) -> None:
+    """Block verification with the probabilistic drafter at T = 1, where it differs from the
+    token-wise rule."""
+    groups = [(p, SamplingParams(1.0, top_k, top_p)) for p in PROMPTS]
+    spec = SpeculativeConfig(k, "probabilistic", "block")
+    assert fit_p_value(spec, groups, seed_base=80_000_000 + 1_000_000 * k) > FALSE_ALARM
+
+
+# One prompt repeats itself (the n-gram proposer matches at once), one does not (at first).
+LOOKUP_PROMPTS = ((3, 5, 3, 5, 3), (1, 6, 2, 7, 0))
+
+
+@pytest.mark.parametrize("proposer,rejection", PROPOSER_CASES)
+def test_every_proposer_keeps_the_law(proposer: str, rejection: str) -> None:
+    """T = 0 and T = 1 rows in one batch; rows with full, short (none) and mixed proposals."""
+    groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
+    spec = SpeculativeConfig(3, "probabilistic", rejection, proposer)
+    seed_base = 90_000_000 + 1_000_000 * PROPOSER_CASES.index((proposer, rejection))
+    assert fit_p_value(spec, groups, seed_base, rows_per_group=2500) > FALSE_ALARM
+
+
+def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K chosen each round from the batch's past: here by a rule as data-dependent as can be
+    (the round's index plus a hash of the rows' running alpha), so that every width, K = 0
+    included, follows another; the hybrid's draft model then catches up after K = 0 rounds."""
+    widths = (0, 1, 3)
+    chosen = []
+
+    def by_history(alpha: torch.Tensor, active: torch.Tensor, widths: tuple[int, ...],
+                   round_time: torch.Tensor, margin: float = 0.0) -> torch.Tensor:
+        chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
+        return chosen[-1]
+
+    monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
+    groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
+    spec = SpeculativeConfig("auto", "probabilistic", proposer="hybrid",
+                             adaptive=AdaptiveConfig(widths=widths))
+    assert fit_p_value(spec, groups, seed_base=99_000_000, rows_per_group=2500) > FALSE_ALARM
+    assert len(set(int(c) for c in chosen[:-1])) == len(widths)  # every width ran

@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 import torch
+from _enumerate import (
+    full_logits,
+    one_thread,  # noqa: F401 (a fixture, used by pytestmark)
+    perturbed_copy,
+    random_gpt,
+)
 
+import minispec.adaptive
 import minispec.decode as decode
 import minispec.rng
 import minispec.round
 import minispec.state
-from _enumerate import full_logits, perturbed_copy, random_gpt
-from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
+from minispec.adaptive import AdaptiveConfig
 from minispec.decode import GenerationOutput, SpeculativeDecoder
-from minispec.state import LoopState, advance
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
+from minispec.proposers import SuffixIndex
+from minispec.state import LoopState, advance, observe
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
 
@@ -87,9 +95,14 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
     state = LoopState(tokens=tokens, seq_len=seq_len, generated=torch.tensor([0, 3, 1, 2, 0]),
                       max_new=torch.tensor([8, 5, 8, 8, 8]), done=torch.tensor([False, False, False, True, False]),
                       seeds=torch.zeros(b, dtype=torch.long), rounds=torch.zeros(b, dtype=torch.long),
+                      drafted=torch.zeros(b, dtype=torch.long),
                       accepted=torch.zeros(b, dtype=torch.long), position_accepted=torch.zeros(b, k, dtype=torch.long),
-                      alpha_sum=torch.zeros(b, dtype=torch.float64), alpha_count=torch.zeros(b, dtype=torch.long))
-    new, snapshot = advance(state, emitted, num_accepted, torch.full((b, k), 0.5), e)
+                      alpha_sum=torch.zeros(b, dtype=torch.float64), alpha_count=torch.zeros(b, dtype=torch.long),
+                      estimate_sum=torch.zeros(b, dtype=torch.float64),
+                      estimate_weight=torch.zeros(b, dtype=torch.float64))
+    num_drafts = torch.full((b,), k)
+    observed = observe(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
+    new, snapshot = advance(state, emitted, num_accepted, num_drafts, observed, e)
     counts = [3, 2, 1, 0, 1]
     assert new.seq_len.tolist() == [s + c for s, c in zip(seq_len.tolist(), counts)]
     assert new.generated.tolist() == [3, 5, 2, 2, 1]
@@ -102,6 +115,7 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
         assert new.tokens[row, start:start + counts[row]].tolist() == kept
         assert (new.tokens[row, start + counts[row]:] == 0).all()  # nothing written past the count
     assert new.rounds.tolist() == [1, 1, 1, 0, 1]  # the done row is not counted
+    assert new.alpha_count.tolist() == [3, 3, 1, 0, 1]  # n + 1 tested, at most K
 
 
 def test_each_row_stops_at_its_max_new_tokens() -> None:
@@ -162,13 +176,14 @@ class Recorder:
 
 
 def cache_mismatch(decoder: SpeculativeDecoder, prompts: list[list[int]], outputs: list[list[int]],
-                   log: list, k: int) -> float:
+                   log: list) -> float:
     """Largest |logit - fresh recompute| over every draft and target call after the prefills.
 
     A round's calls (the draft steps, then the target's verify) all see one true sequence per
     row: its committed tokens (prompt + final output) up to seq_len, then the K tokens drafted
     this round, which the verify call lists. Every call must feed exactly that sequence's tokens
-    at its positions, and return the logits of a cache-free forward over it.
+    at its positions, and return the logits of a cache-free forward over it. (A draft call
+    between rounds, catching up after rounds without drafts, counts with the next round.)
     """
     worst = 0.0
     models = {"target": decoder.target, "draft": decoder.draft}
@@ -182,7 +197,6 @@ def cache_mismatch(decoder: SpeculativeDecoder, prompts: list[list[int]], output
         for b in range(len(prompts)):
             seq_len = int(verify_positions[b, 0]) + 1
             truth = (prompts[b] + outputs[b])[:seq_len] + verify_tokens[b, 1:].tolist()
-            assert len(truth) == seq_len + k
             fresh = {name: full_logits(model, torch.tensor([truth]))[0] for name, model in models.items()}
             for name, tokens, positions, logits in round_calls:
                 start, t = int(positions[b, 0]), tokens.shape[1]
@@ -193,7 +207,7 @@ def cache_mismatch(decoder: SpeculativeDecoder, prompts: list[list[int]], output
     return worst
 
 
-def run_recorded(decoder: SpeculativeDecoder, k: int,
+def run_recorded(decoder: SpeculativeDecoder, k: int | str,
                  draft_wrapper=None) -> tuple[list[list[int]], GenerationOutput, list]:
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
@@ -203,7 +217,8 @@ def run_recorded(decoder: SpeculativeDecoder, k: int,
     decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
     prompts = [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
     params = [SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m) for i, m in enumerate([14, 9, 12])]
-    out = decoder.generate(prompts, params, SpeculativeConfig(k, "probabilistic"))
+    spec = SpeculativeConfig(k, "probabilistic", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
+    out = decoder.generate(prompts, params, spec)
     del decoder.target.forward, decoder.draft.forward  # back to the models' own forward
     return prompts, out, log
 
@@ -215,7 +230,7 @@ def test_logits_after_rejections_and_full_acceptance_equal_a_fresh_recompute() -
     # Both kinds of round happened and were followed by another round of the same row.
     assert any(decode.BONUS in o[:-1] for o in out.origins)
     assert any(decode.CORRECTIVE in o[:-1] for o in out.origins)
-    assert cache_mismatch(decoder, prompts, out.token_ids, log, k) <= 1e-4
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
     assert max(float(c[3].std()) for c in log) > 0.5  # logits are O(1): the bound is not vacuous
 
 
@@ -229,7 +244,29 @@ def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -
     decoder = SpeculativeDecoder(*pair(), compile=False)
     prompts, out, log = run_recorded(decoder, 3, last_only)
     assert any(decode.BONUS in o[:-1] for o in out.origins)
-    assert cache_mismatch(decoder, prompts, out.token_ids, log, 3) > 1e-2
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
+
+
+def widths_in_turn(monkeypatch: pytest.MonkeyPatch, schedule: list[int]) -> None:
+    """Adaptive K's choice replaced by a fixed cycle of width indices (the first round too)."""
+    turn = iter(schedule * 100)
+    pick = lambda *args, **kwargs: torch.tensor(next(turn))  # noqa: E731
+    monkeypatch.setattr(minispec.adaptive, "choose_width", pick)
+    monkeypatch.setattr(decode, "choose_width", pick)
+
+
+def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """num_speculative_tokens="auto" with runs of K = 0 rounds between drafting rounds: before
+    drafting again, the draft is fed the tokens it missed, so its logits stay those of a fresh
+    forward; without the catch-up they would not (the check's power)."""
+    widths_in_turn(monkeypatch, [1, 0, 0, 2, 0, 2, 2])
+    decoder = SpeculativeDecoder(*pair(), compile=False)
+    prompts, out, log = run_recorded(decoder, "auto")
+    assert set(out.stats.k_histogram) == {0, 2, 3}
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
+    monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
+    prompts, out, log = run_recorded(decoder, "auto")
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,12 +300,15 @@ def test_a_draft_equal_to_the_target_is_always_accepted() -> None:
 HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "numpy")
 
 
-@pytest.mark.parametrize("k", [0, 3])
-def test_the_loop_reads_the_device_once_per_round(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("k,proposer", [(0, "draft_model"), (3, "draft_model"), ("auto", "hybrid")])
+def test_the_loop_reads_the_device_once_per_round(k: int | str, proposer: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Count every tensor-to-host read made by the loop's modules (minispec/decode.py, round.py,
     state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
     them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
-    tells it, so reads made there do not count."""
+    tells it, so reads made there do not count. Adaptive K's next width rides in the round's
+    read; the hybrid's suffix lookup reads the host's own tokens (its first width comes from
+    host tensors, before the first round)."""
     reads: list[str] = []
     loop_files = {m.__file__ for m in (decode, minispec.round, minispec.state, minispec.rng)}
     for name in HOST_READS:
@@ -276,14 +316,18 @@ def test_the_loop_reads_the_device_once_per_round(k: int, monkeypatch: pytest.Mo
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            if caller.co_filename in loop_files and caller.co_name not in ("prefill", "collect"):
+            if caller.co_filename in loop_files and caller.co_name not in ("prefill", "collect",
+                                                                           "first_width"):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    decoder = SpeculativeDecoder(*pair(), compile=False)
+    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
+    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=2)
     params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([6, 10])]
-    stats = decoder.generate([[1, 2], [3, 4, 5]], params, SpeculativeConfig(k, "probabilistic")).stats
+    spec = SpeculativeConfig(k, "probabilistic", proposer=proposer,
+                             adaptive=AdaptiveConfig(widths=(0, 2, 3)))
+    stats = decoder.generate([[1, 2], [3, 4, 5]], params, spec).stats
     monkeypatch.undo()
     assert stats.batch_rounds > 1 and len(reads) == stats.batch_rounds == stats.host_syncs, reads
 
@@ -345,9 +389,27 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, k)
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
-        decoder.target, decoder.proposer, state, row_constraints(params, decoder.device),
+        decoder.target, decoder.proposer("draft_model", k)[0], state,
+        row_constraints(params, decoder.device),
         num_speculative_tokens=k, draft_sample_method=method, rejection_sample_method="standard",
         eos_token_id=EOS_TOKEN_ID)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+
+def test_the_adaptive_hybrid_round_is_one_graph() -> None:
+    """The hybrid (n-gram in the graph, the suffix index's proposal as an input, the draft model
+    below the threshold) and adaptive K's choice, traced as one graph with no break."""
+    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
+    decoder = SpeculativeDecoder(*float64_pair(), compile=False, suffix_index=index)
+    params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
+    state = decoder.prefill([[1, 2], [3, 4, 5]], params, 2)
+    proposer, lookup, _ = decoder.proposer("hybrid", 2)
+    adaptive = AdaptiveConfig(widths=(0, 2))
+    explained = torch._dynamo.explain(minispec.round.speculative_round)(
+        decoder.target, proposer, state, row_constraints(params, decoder.device),
+        lookup.host_propose([[1, 2], [3, 4, 5]], 2), torch.ones(2, dtype=torch.float64),
+        num_speculative_tokens=2, draft_sample_method="probabilistic",
+        rejection_sample_method="block", eos_token_id=EOS_TOKEN_ID, adaptive=adaptive)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 

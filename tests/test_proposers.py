@@ -10,10 +10,12 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
-from minispec.proposers import NgramProposer, Proposal, hybrid, ngram_propose, one_hot_probs
-from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex
+
+from minispec.proposers import (HybridProposer, NgramProposer, Proposal, hybrid, longest_match,
+                                ngram_propose, one_hot_probs)
+from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
+from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode
 from sampling import PLACEHOLDER_TOKEN_ID
 
@@ -46,7 +48,8 @@ def reference(row: list[int], k: int, n_min: int, n_max: int) -> tuple[list[int]
 def test_a_prompt_that_repeats_itself_proposes_the_repeat() -> None:
     text = "    self.assertEqual(x, 1)\n    self.assertEqual(y, 2)\n    self.assert"
     tokens, seq_len = batch([encode(text)], width=128)
-    p = NgramProposer().propose(tokens, seq_len, 8)
+    state = LoopState.start(tokens, seq_len.tolist(), [1], [0], 8)
+    p = NgramProposer().propose(state, 8, None, None, "greedy", None)
     assert bytes(p.draft_token_ids[0].tolist()) == b"Equal(y,"  # the most recent occurrence
     assert p.num_draft_tokens.tolist() == [8] and p.draft_probs is None
     assert p.match_length.tolist() == [16]  # "\n    self.assert" is 16 bytes: capped at n_max
@@ -207,8 +210,7 @@ def test_suffix_index_proposes_per_row_with_document_boundaries() -> None:
     corpus = [t for d in docs for t in [*encode(d), EOS_TOKEN_ID]]
     index = SuffixIndex.build(torch.tensor(corpus, dtype=torch.int16))
     rows = [encode("import os\nimp"), encode("zzzz"), encode("x = 1\nimport sys\n")]
-    tokens, seq_len = batch(rows)
-    p = index.propose(tokens, seq_len, 6)
+    p = SuffixProposer(index).host_propose(rows, 6)
     assert bytes(p.draft_token_ids[0].tolist()) == b"ort sy"  # sys (twice) beats re (once)
     assert p.draft_token_ids[1].tolist() == [PLACEHOLDER_TOKEN_ID] * 6  # no match of >= 4 tokens
     assert p.draft_token_ids[2].tolist() == [EOS_TOKEN_ID, BOS_TOKEN_ID, *encode("impo", bos=False)]
@@ -233,3 +235,26 @@ def test_suffix_index_refuses_bad_input() -> None:
         SuffixIndex.build(np.array([], dtype=np.int64))
     with pytest.raises(ValueError, match="min_match"):
         SuffixIndex.build(np.array([1, 2, 3]), min_match=0)
+
+
+class Fixed:
+    """A proposer that returns a given Proposal: a stand-in for a lookup or a draft model."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        self.proposal = proposal
+
+    def propose(self, *args) -> Proposal:
+        return self.proposal
+
+
+def test_hybrid_proposer_takes_the_longest_lookup_past_its_threshold() -> None:
+    ngram = proposal([[1, 1], [2, 2], [3, 3], [-1, -1]], match=[9, 3, 0, 0])
+    suffix = proposal([[4, 4], [5, 5], [6, 6], [-1, -1]], match=[4, 12, 6, 0])
+    model = proposal([[7, 7], [7, 7], [7, 7], [7, 7]])
+    hybrid_proposer = HybridProposer([Fixed(ngram), Fixed(suffix)], Fixed(model), threshold=5)
+    p = hybrid_proposer.propose(None, 2, None, None, "greedy", None)
+    assert p.draft_token_ids.tolist() == [[1, 1], [5, 5], [6, 6], [7, 7]]
+    assert p.match_length.tolist() == [9, 12, 6, 0]
+    assert longest_match([ngram, suffix]).match_length.tolist() == [9, 12, 6, 0]
+    with pytest.raises(ValueError, match="threshold"):
+        HybridProposer([Fixed(ngram)], Fixed(model), threshold=0)

@@ -9,6 +9,8 @@
    Theorem 3.8's prediction, and the guard checks and host reads per round (host reads counted
    by intercepting every tensor-to-Python read).
 3. Batch: B in {1, 4, 16} at the best K, with and without speculation.
+   3b. Proposers (draft model, n-gram, suffix, hybrid) on plain and "edit" prompts, and
+   adaptive K per batch size, each row interleaved with K = 0 (bench_proposers.py).
 4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
 5. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
 
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
+from minispec.commands import bench_proposers
 from minispec.commands.args import (OneLineParser, choice_list, comma_list, device_name, integer,
                                     real, thread_count)
 from minispec.commands.corpus import load_corpus
@@ -329,14 +332,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="CPU threads (default 1: B = 1 decode steps are latency-bound)")
     parser.add_argument("--draft-sample-method", default="greedy",
                         help="greedy (one-hot q) or probabilistic")
-    parser.add_argument("--skip", type=choice_list(("steps", "batch", "sampler", "startup")),
-                        default="", help="comma list of parts to skip: steps,batch,sampler,startup")
+    parser.add_argument("--skip", type=choice_list(("steps", "batch", "proposers", "sampler",
+                                                    "startup")), default="",
+                        help="comma list of parts to skip: steps,batch,proposers,sampler,startup")
+    parser.add_argument("--adaptive-batch-sizes", type=comma_list(integer(1)), default="1,4,16,64",
+                        help="batch sizes of the adaptive-K rows (part 3b)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: K = 4, T = 0, "
                         "2 pairs, 2 prompts, 32 tokens, no batch, sampler or start-up parts")
     args = parser.parse_args(argv)
     if args.quick:
         args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
-        args.max_new_tokens, args.skip = 32, "batch,sampler,startup"
+        args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup"
     return args
 
 
@@ -371,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         report["batch"] = batch_rows(decoder, prompts, best,
                                      [int(b) for b in args.batch_sizes.split(",")],
                                      args.max_new_tokens, max(3, args.repeats // 2 + 1))
+    if "proposers" not in skip:
+        run_proposers(report, decoder, prompts, args)
     if "sampler" not in skip:
         print("4. sampler", flush=True)
         from minispec.commands.bench_sampler import main as bench_sampler_main
@@ -385,6 +393,23 @@ def main(argv: list[str] | None = None) -> int:
     print(text_chart)
     print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
     return 0
+
+
+def run_proposers(report: dict, decoder: SpeculativeDecoder, prompts: list[str],
+                  args: argparse.Namespace) -> None:
+    """Part 3b: the proposer table and the adaptive-K rows (minispec/commands/bench_proposers.py),
+    with the suffix index over the training corpus (built on first use)."""
+    from minispec.commands.build_index import cached_index
+
+    decoder.suffix_index = decoder.suffix_index or cached_index()
+    temperatures = [float(t) for t in args.temperatures.split(",")]
+    print("3b. proposers, B = 1, K = auto\n" + bench_proposers.HEADER, flush=True)
+    report["proposers"] = bench_proposers.proposer_table(decoder, prompts, temperatures,
+                                                         args.max_new_tokens, args.repeats)
+    print("3b. adaptive K by batch size\n" + bench_proposers.HEADER, flush=True)
+    report["adaptive"] = bench_proposers.adaptive_rows(
+        decoder, prompts, temperatures, [int(b) for b in args.adaptive_batch_sizes.split(",")],
+        args.max_new_tokens, args.repeats)
 
 
 def render_markdown(report: dict, text_chart: str) -> str:
@@ -419,6 +444,8 @@ def render_markdown(report: dict, text_chart: str) -> str:
                   "| cache | first token s | process s |", "|---|---|---|"]
         lines += [f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
                   for k, v in report["startup"].items()]
+    if "proposers" in report:
+        lines += bench_proposers.render(report)
     lines += ["\n## Speedup against K\n", "```", text_chart, "```"]
     return "\n".join(lines) + "\n"
 

@@ -39,17 +39,26 @@ RESET = "\033[0m"
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE: what a shell shows
 
 
+def speculative_tokens(text: str) -> int | str:
+    """-k: "auto" or an int >= 0."""
+    return text if text == "auto" else integer(0)(text)
+
+
 def decode_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="minispec decode",
                       description="Speculative decoding with a draft/target pair.")
     p.add_argument("--prompt", action="append",
                    help="a prompt; repeat for a batch (default: a Python snippet)")
-    p.add_argument("-k", "--num-speculative-tokens", type=integer(), default=4,
-                   help="K drafts per round; 0 = target only")
-    p.add_argument("--draft-sample-method", default="greedy",
-                   help="greedy (one-hot q) or probabilistic")
+    p.add_argument("-k", "--num-speculative-tokens", type=speculative_tokens, default="auto",
+                   help="K drafts per round; 0 = target only; auto = chosen each round")
+    p.add_argument("--proposer", default="draft_model",
+                   help="draft_model, ngram (prompt lookup), suffix (an index over the "
+                        "training corpus) or hybrid (a lookup where it matched, else the draft)")
+    p.add_argument("--draft-sample-method", default="auto",
+                   help="greedy (one-hot q), probabilistic, or auto (greedy at T = 0)")
     p.add_argument("--rejection-sample-method", default="standard",
-                   help="standard (exact) or naive (biased)")
+                   help="standard (exact), block (exact, judges the drafts as a block) or "
+                        "naive (biased)")
     p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
     p.add_argument("--top-p", type=real(), default=1.0, help="1.0 = off")
@@ -131,15 +140,19 @@ def run_decode(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device,
                            args.compile)
+    if args.proposer in ("suffix", "hybrid") and decoder.suffix_index is None:
+        from minispec.commands.build_index import cached_index
+
+        decoder.suffix_index = cached_index()  # built on first use (about 20 s), then cached
     kwargs = dict(num_speculative_tokens=args.num_speculative_tokens,
-                  draft_sample_method=args.draft_sample_method,
+                  proposer=args.proposer, draft_sample_method=args.draft_sample_method,
                   rejection_sample_method=args.rejection_sample_method,
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, decoder=decoder)
-    if args.compile:  # compile every graph in a one-token warm-up so the timed run is warm
-        generate(prompts, **{**kwargs, "max_new_tokens": 1})
+    if args.compile:  # compile every graph (one round per K) so that the timed run is warm
+        generate(prompts, **kwargs, warm_up=True)
         if args.compare:
-            generate(prompts, **{**kwargs, "max_new_tokens": 1, "num_speculative_tokens": 0})
+            generate(prompts, **{**kwargs, "num_speculative_tokens": 0}, warm_up=True)
     legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}"
                                    for o in ("accepted", "corrective", "bonus")) + "\n"
     streamer = Streamer(colour,

@@ -1,13 +1,25 @@
 """Proposers: where draft tokens come from. Any of them keeps decoding exact (see proposal.py).
 
+- ``DraftModelProposer``: a small model drafts, greedily or by sampling (draft_model.py).
 - ``NgramProposer``: the request's own prompt and output (prompt lookup), tensor ops.
-- ``SuffixIndex``: the longest match of the recent context in a corpus, most frequent continuation.
-- ``hybrid``: per row, a lookup's proposal where it matched enough context, a fallback's elsewhere.
+- ``SuffixProposer``: the longest match of the recent context in a corpus (``SuffixIndex``), the
+  most frequent continuation; looked up on the host, between rounds.
+- ``HybridProposer``: per row, a lookup's proposal where it matched enough context, a draft
+  model's elsewhere.
 """
 
+from minispec.proposers.draft_model import DraftModelProposer
 from minispec.proposers.ngram import NgramProposer, ngram_propose
-from minispec.proposers.proposal import Proposal, Proposer, hybrid, one_hot_probs
-from minispec.proposers.suffix import SuffixIndex
+from minispec.proposers.proposal import (
+                                         HybridProposer,
+                                         Proposal,
+                                         Proposer,
+                                         hybrid,
+                                         longest_match,
+                                         one_hot_probs,
+)
+from minispec.proposers.suffix import SuffixIndex, SuffixProposer
 
-__all__ = ["NgramProposer", "Proposal", "Proposer", "SuffixIndex", "hybrid", "ngram_propose",
+__all__ = ["DraftModelProposer", "HybridProposer", "NgramProposer", "Proposal", "Proposer",
+           "SuffixIndex", "SuffixProposer", "hybrid", "longest_match", "ngram_propose",
            "one_hot_probs"]

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from minispec.proposers.proposal import Proposal
+from minispec.state import LoopState
 from sampling import PLACEHOLDER_TOKEN_ID
+from sampling.constraints import RowConstraints
 
 NOT_A_TOKEN = -2  # left padding for the windows: equal to no token id and no placeholder
 
@@ -73,5 +75,8 @@ class NgramProposer:
                 f"need ints 1 <= n_min <= n_max, got n_min={self.n_min!r}, n_max={self.n_max!r}"
             )
 
-    def propose(self, tokens: torch.Tensor, seq_len: torch.Tensor, k: int) -> Proposal:
-        return ngram_propose(tokens, seq_len, k, self.n_min, self.n_max)
+    def propose(self, state: LoopState, num_speculative_tokens: int,
+                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
+                host_proposal: Proposal | None) -> Proposal:
+        return ngram_propose(state.tokens, state.seq_len, num_speculative_tokens, self.n_min,
+                             self.n_max)

@@ -11,12 +11,16 @@ corrective or bonus token from the target.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from sampling import PLACEHOLDER_TOKEN_ID
+
+if TYPE_CHECKING:
+    from minispec.state import LoopState
+    from sampling.constraints import RowConstraints
 
 
 class Proposal(NamedTuple):
@@ -29,9 +33,16 @@ class Proposal(NamedTuple):
 
 
 class Proposer(Protocol):
-    def propose(self, tokens: torch.Tensor, seq_len: torch.Tensor, k: int) -> Proposal:
-        """Up to k drafts per row that follow tokens[b, :seq_len[b]] (tokens [B, S] long)."""
-        ...
+    """Anything that drafts up to K tokens per row, called inside the compiled round.
+
+    Each implementation reads what it needs: the rows' tokens (state.tokens [B, S], row b holding
+    state.seq_len[b]), the requests' constraints and the round's draft noise [B, K, V] (a model
+    that samples), the draft_sample_method ("greedy" or "probabilistic"), or host_proposal, a
+    Proposal the host computed before the round (a lookup too large for the device)."""
+
+    def propose(self, state: LoopState, num_speculative_tokens: int,
+                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
+                host_proposal: Proposal | None) -> Proposal: ...
 
 
 def one_hot_probs(
@@ -70,3 +81,31 @@ def hybrid(primary: Proposal, fallback: Proposal, use_primary: torch.Tensor) -> 
         for p in (primary, fallback)
     ]
     return Proposal(ids, num, probs, torch.where(use_primary, match[0], match[1]))
+
+
+def longest_match(proposals: list[Proposal]) -> Proposal:
+    """Row by row, the lookup proposal that matched the most context (the first among equals)."""
+    best = proposals[0]
+    for other in proposals[1:]:
+        best = hybrid(other, best, other.match_length > best.match_length)
+    return best
+
+
+class HybridProposer:
+    """Per row and round: the lookups' proposal where it matched at least `threshold` tokens of
+    context, the fallback's (a draft model) elsewhere. Exact whatever the threshold: the choice
+    depends on the row's tokens so far, never on this round's noise, and each row keeps its q."""
+
+    def __init__(self, lookups: list[Proposer], fallback: Proposer, threshold: int) -> None:
+        if not (isinstance(threshold, int) and threshold >= 1):
+            raise ValueError(f"threshold must be an int >= 1, got {threshold!r}")
+        self.lookups, self.fallback, self.threshold = lookups, fallback, threshold
+
+    def propose(self, state: LoopState, num_speculative_tokens: int,
+                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
+                host_proposal: Proposal | None) -> Proposal:
+        args = (state, num_speculative_tokens, constraints, noise, draft_sample_method,
+                host_proposal)
+        lookup = longest_match([p.propose(*args) for p in self.lookups])
+        return hybrid(lookup, self.fallback.propose(*args),
+                      lookup.match_length >= self.threshold)

@@ -27,8 +27,10 @@ import numpy as np
 import torch
 
 from minispec.proposers.proposal import Proposal
+from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 from sampling import PLACEHOLDER_TOKEN_ID
+from sampling.constraints import RowConstraints
 
 DEPTH = 16  # bytes of context a match can use: two uint64 keys
 SAMPLE = 256  # occurrences read to choose a continuation
@@ -148,9 +150,25 @@ class SuffixIndex:
         num = as_tensor(np.where(matched > 0, k, 0))
         return Proposal(as_tensor(ids), num, None, as_tensor(matched))
 
-    def propose(self, tokens: torch.Tensor, seq_len: torch.Tensor, k: int) -> Proposal:
-        """The Proposer protocol. On a GPU, prefer propose_rows with the host's own copy of the
-        recent tokens: this reads them from the device."""
-        rows = tokens.cpu().numpy()
-        lengths = seq_len.tolist()
-        return self.propose_rows([rows[b, max(0, n - DEPTH) : n] for b, n in enumerate(lengths)], k)
+
+class SuffixProposer:
+    """The suffix index as a proposer. The lookup runs on the host, between rounds, on the
+    tokens the host already holds (`host_propose`); the round receives its Proposal as an
+    input tensor, so it adds no device-to-host read."""
+
+    def __init__(self, index: SuffixIndex) -> None:
+        self.index = index
+
+    def host_propose(self, histories: list[list[int]], k: int,
+                     device: torch.device | str = "cpu") -> Proposal:
+        """histories: each row's tokens so far (prompt and output). The Proposal comes back on
+        `device`: a host-to-device copy, which needs no sync."""
+        proposal = self.index.propose_rows([np.asarray(h[-DEPTH:]) for h in histories], k)
+        return Proposal(*(None if t is None else t.to(device) for t in proposal))
+
+    def propose(self, state: LoopState, num_speculative_tokens: int,
+                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
+                host_proposal: Proposal | None) -> Proposal:
+        if host_proposal is None:
+            raise ValueError("the suffix proposer needs the host's proposal for this round")
+        return host_proposal

@@ -1,0 +1,54 @@
+"""The draft model as a proposer: a small model of the target's vocabulary drafts K tokens, one
+single-token step each, greedily (a one-hot q) or by sampling (q = its filtered softmax)."""
+from __future__ import annotations
+
+import torch
+
+from minispec.proposers.proposal import Proposal
+from minispec.state import LoopState
+from model.gpt import GPT
+from sampling import sample
+from sampling.constraints import RowConstraints
+
+
+class DraftModelProposer:
+    """`window` is how many of the row's last tokens the first step feeds. 2 suffices when only
+    this model drafts: after a round that accepted all K drafts, x_K never went through the
+    draft, and one [B, 2] shape serves both cases (rewriting a cache entry with the same value
+    is harmless). Next to a lookup (hybrid), the kept tokens of the last round may be the
+    lookup's, which this model never saw: a window of K_max + 1 covers a whole round's output."""
+
+    def __init__(self, model: GPT, window: int = 2) -> None:
+        self.model, self.window = model, window
+
+    def propose(self, state: LoopState, num_speculative_tokens: int, constraints: RowConstraints,
+                noise: torch.Tensor, draft_sample_method: str,
+                host_proposal: Proposal | None) -> Proposal:
+        """x_i ~ q_i for i = 1..K, every row K drafts."""
+        seq_len = state.seq_len
+        back = torch.arange(self.window - 1, -1, -1, device=seq_len.device)
+        # Positions below 0 (a 2-token prompt, a wide window) repeat position 0: the same token
+        # written twice to the same slot.
+        positions = (seq_len[:, None] - 1 - back).clamp(min=0)
+        logits = self.model(state.tokens.gather(1, positions), positions)[:, -1]
+        ids, probs = [], []
+        for j in range(num_speculative_tokens):
+            if draft_sample_method == "greedy":
+                x = logits.argmax(-1)  # a one-hot q: draft_probs stays None
+            else:
+                x, q = draw(logits, constraints, noise[:, j])
+                probs.append(q)
+            ids.append(x)
+            if j + 1 < num_speculative_tokens:
+                logits = self.model(x[:, None], (seq_len + j)[:, None])[:, 0]
+        return Proposal(torch.stack(ids, 1), torch.full_like(seq_len, num_speculative_tokens),
+                        torch.stack(probs, 1) if probs else None)
+
+
+def draw(logits: torch.Tensor, constraints: RowConstraints,
+         noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of logits [B, V] under the request's constraints, and its exact q.
+    The uncompiled sampler: it is traced into whatever graph calls it."""
+    out = sample(logits, **constraints._asdict(), exponentials=noise, compiled=False,
+                 check_values=False)
+    return out.token_ids, out.probs
