@@ -1,15 +1,18 @@
 """The Python API: text in, text + token ids + stats out, with the shipped pair by default."""
 from __future__ import annotations
 
+import json
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 from minispec.decode import SpeculativeDecoder
-from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.params import SamplingParams, SpeculativeConfig, check_int
 from minispec.stats import DecodeStats
-from model import tokenizer
-from model.checkpoint import load_pair
+from model import tokenizer as byte_tokenizer
+from model.checkpoint import CheckpointError, load_pair
+from model.hf_tokenizer import TextTokenizer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_TARGET = CHECKPOINTS / "target.safetensors"
@@ -28,7 +31,35 @@ def load_decoder(target: str | Path = DEFAULT_TARGET, draft: str | Path = DEFAUL
                  device: str = "cpu", compile: bool = True) -> SpeculativeDecoder:
     """Load a checkpoint pair once per process and wrap it in a (compiled) decoder."""
     target_model, draft_model = load_pair(target, draft, device=device)
-    return SpeculativeDecoder(target_model, draft_model, compile=compile)
+    eos = eos_token_id(target)
+    if eos is not None and not 0 <= eos < target_model.config.vocab_size:
+        raise CheckpointError(f"{target}: eos_token_id {eos} is outside the vocabulary "
+                              f"[0, {target_model.config.vocab_size})")
+    return SpeculativeDecoder(target_model, draft_model, compile=compile, eos_token_id=eos)
+
+
+def eos_token_id(path: str | Path) -> int | None:
+    """The id where a model's output ends: the byte tokenizer's EOS for a minispec checkpoint;
+    for a Hugging Face folder, generation_config.json's when the folder has one, else
+    config.json's, as transformers' generate reads them. None: the model has none."""
+    path = Path(path)
+    if not path.is_dir():
+        return byte_tokenizer.EOS_TOKEN_ID
+    file = path / "generation_config.json"
+    if not file.is_file():
+        file = path / "config.json"
+    try:
+        value = json.loads(file.read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        raise CheckpointError(f"{file}: not a JSON object with an eos_token_id") from None
+    if isinstance(value, list):  # chat models may list several ends; the loop stops at one
+        if len(value) > 1:
+            warnings.warn(f"{file} lists {len(value)} eos_token_ids {value}: minispec stops "
+                          f"only at the first, {value[0]}", stacklevel=2)
+        value = value[0] if value else None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise CheckpointError(f"{file}: eos_token_id must be an int, got {value!r}")
+    return value
 
 
 def generate(prompts: list[str], *, num_speculative_tokens: int | str = "auto",
@@ -38,23 +69,72 @@ def generate(prompts: list[str], *, num_speculative_tokens: int | str = "auto",
              seed: int | None = None, max_new_tokens: int = 128,
              params: list[SamplingParams] | None = None,
              decoder: SpeculativeDecoder | None = None,
-             on_tokens: Callable[[int, list[int], list[str]], None] | None = None
-             ) -> GenerateResult:
+             on_tokens: Callable[[int, list[int], list[str]], None] | None = None,
+             tokenizer: TextTokenizer = byte_tokenizer) -> GenerateResult:
     """Speculatively decode each prompt. Sampling arguments apply to every request, unless
     `params` gives one SamplingParams per prompt; request i's seed is seed + i when seeded.
-    `warm_up`: compile every graph the settings can use (one round per K) and stop."""
-    if isinstance(prompts, str):
-        raise ValueError("prompts must be a list of strings, got a single string")
-    for i, text in enumerate(prompts):
-        if not text:
-            raise ValueError(f"prompt {i} is empty")
+    `warm_up`: compile every graph the settings can use (one round per K) and stop.
+    `tokenizer` encodes the prompts and decodes the texts (hf_tokenizer.load_tokenizer gives a
+    model folder's own); it must be the one the decoder's models were trained with.
+
+    A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it."""
+    prompt_ids = encode_prompts(prompts, tokenizer)
     if params is None:
-        params = [SamplingParams(temperature, top_k, top_p, None if seed is None else seed + i,
-                                 max_new_tokens) for i in range(len(prompts))]
+        seeds = [None] * len(prompts)
+        if seed is not None:
+            check_int("seed", seed, "an int or None")
+            if seed + len(prompts) > 2**32:  # each request's seed + i must stay in range too
+                raise ValueError(f"seed must be in [0, 2**32 - {len(prompts)}] for "
+                                 f"{len(prompts)} prompts (request i uses seed + i), got {seed}")
+            seeds = [seed + i for i in range(len(prompts))]
+        params = [SamplingParams(temperature, top_k, top_p, s, max_new_tokens) for s in seeds]
+    else:
+        check_params(params, len(prompts))
+    for p in params:
+        p.validate()
     spec = SpeculativeConfig(num_speculative_tokens, draft_sample_method, rejection_sample_method,
                              proposer)
+    spec.validate()
+    if decoder is not None and not isinstance(decoder, SpeculativeDecoder):
+        raise TypeError(f"decoder must be a SpeculativeDecoder or None, got "
+                        f"{type(decoder).__name__}")
+    if on_tokens is not None and not callable(on_tokens):
+        raise TypeError(f"on_tokens must be callable or None, got {type(on_tokens).__name__}")
     decoder = decoder or load_decoder()
-    out = decoder.generate([tokenizer.encode(p) for p in prompts], params, spec, on_tokens,
-                           warm_up=warm_up)
+    out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
     texts = [tokenizer.decode(ids) for ids in out.token_ids]
     return GenerateResult(texts, out.token_ids, out.origins, out.stats)
+
+
+def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[int]]:
+    """Each prompt's token ids, after checking that `prompts` is a non-empty list of texts."""
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"prompts must be a list of strings, got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError("prompts is empty: give at least one prompt")
+    ids = []
+    for i, text in enumerate(prompts):
+        if not isinstance(text, str):
+            raise TypeError(f"prompts[{i}] must be a str, got {type(text).__name__}")
+        if not text:
+            raise ValueError(f"prompts[{i}] is empty")
+        try:
+            text.encode("utf-8")  # what every tokenizer needs; a lone surrogate has no form
+        except UnicodeEncodeError:
+            raise ValueError(f"prompts[{i}] is not valid Unicode text (it has no UTF-8 "
+                             f"form)") from None
+        ids.append(tokenizer.encode(text))
+    return ids
+
+
+def check_params(params: list[SamplingParams], count: int) -> None:
+    """`params` must be a list of one SamplingParams per prompt."""
+    if not isinstance(params, (list, tuple)):
+        raise TypeError(f"params must be a list of SamplingParams or None, got "
+                        f"{type(params).__name__}")
+    if len(params) != count:
+        raise ValueError(f"params must hold one SamplingParams per prompt: got {len(params)} "
+                         f"for {count} prompts")
+    for i, p in enumerate(params):
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")

@@ -65,7 +65,16 @@ class SpeculativeDecoder:
 
     def __init__(self, target: GPT, draft: GPT | None = None, *, compile: bool = True,
                  suffix_index: SuffixIndex | None = None,
-                 hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD) -> None:
+                 hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD,
+                 eos_token_id: int | None = EOS_TOKEN_ID) -> None:
+        """`eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
+        none (rows then stop at max_new_tokens only, as they do for an id past the vocabulary:
+        the byte tokenizer's default with a tiny test vocabulary)."""
+        if eos_token_id is not None and (isinstance(eos_token_id, bool)
+                                         or not isinstance(eos_token_id, int) or eos_token_id < 0):
+            raise ValueError(f"eos_token_id must be an int >= 0 or None, got {eos_token_id!r}")
+        # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
+        self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
         if draft is not None and draft.config.vocab_size != target.config.vocab_size:
             raise ValueError(f"draft vocabulary ({draft.config.vocab_size}) differs from the "
                              f"target's ({target.config.vocab_size})")
@@ -203,7 +212,7 @@ class SpeculativeDecoder:
         histories = [list(p) for p in prompts]  # what the host lookup reads
         run_round = partial(compiled_round, draft_sample_method=draft_sample_method,
                             rejection_sample_method=rejection_sample_method,
-                            eos_token_id=EOS_TOKEN_ID, adaptive=adaptive)
+                            eos_token_id=self.eos_token_id, adaptive=adaptive)
         times = relative = None
         pending = list(widths)  # warm_up's schedule
         k = pending.pop(0)

@@ -5,6 +5,8 @@ that one object goes from here to the sampler's kernels.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +25,18 @@ PROPOSERS = ("draft_model", "ngram", "suffix", "hybrid")
 MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
 
 
+def check_int(name: str, value, kind: str = "an int") -> None:
+    """TypeError unless `value` is an integer; a bool is not one here (True is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
+
+
+def check_real(name: str, value) -> None:
+    """TypeError unless `value` is a real number (not a bool, not a str such as "0.5")."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+
+
 @dataclass(slots=True)
 class SamplingParams:
     """Per-request sampling. temperature 0 is greedy; top_k 0 and top_p 1.0 mean off."""
@@ -34,16 +48,24 @@ class SamplingParams:
     max_new_tokens: int = 128
 
     def validate(self) -> None:
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0 means greedy), got {self.temperature}")
-        if not (isinstance(self.top_k, int) and self.top_k >= 0):
-            raise ValueError(f"top_k must be an int >= 0 (0 means off), got {self.top_k!r}")
+        """TypeError for a value of the wrong type, ValueError for one out of range."""
+        check_real("temperature", self.temperature)
+        if not 0 <= self.temperature < math.inf:
+            raise ValueError(f"temperature must be finite and >= 0 (0 means greedy), "
+                             f"got {self.temperature}")
+        check_int("top_k", self.top_k)
+        if not 0 <= self.top_k < 2**63:
+            raise ValueError(f"top_k must be in [0, 2**63) (0 means off), got {self.top_k}")
+        check_real("top_p", self.top_p)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 means off), got {self.top_p}")
-        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
-        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**32):
-            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+        if self.seed is not None:
+            check_int("seed", self.seed, "an int or None")
+            if not 0 <= self.seed < 2**32:
+                raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
+        check_int("max_new_tokens", self.max_new_tokens)
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
 @dataclass(slots=True)
@@ -58,19 +80,24 @@ class SpeculativeConfig:
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
 
     def validate(self) -> None:
+        """TypeError for a value of the wrong type, ValueError for one out of range."""
         k = self.num_speculative_tokens
-        if k != "auto" and not (isinstance(k, int) and 0 <= k <= MAX_SPECULATIVE_TOKENS):
-            raise ValueError(f"num_speculative_tokens must be 'auto' or an int in "
-                             f"[0, {MAX_SPECULATIVE_TOKENS}], got {k!r}")
-        if k == "auto" and max(self.adaptive.widths) > MAX_SPECULATIVE_TOKENS:
+        if k != "auto":
+            check_int("num_speculative_tokens", k)
+            if not 0 <= k <= MAX_SPECULATIVE_TOKENS:
+                raise ValueError(f"num_speculative_tokens must be 'auto' or an int in "
+                                 f"[0, {MAX_SPECULATIVE_TOKENS}], got {k}")
+        elif max(self.adaptive.widths) > MAX_SPECULATIVE_TOKENS:
             raise ValueError(f"adaptive widths must be at most {MAX_SPECULATIVE_TOKENS}, got "
                              f"{self.adaptive.widths}")
         for name, choices in (("draft_sample_method", DRAFT_SAMPLE_METHODS),
                               ("rejection_sample_method", REJECTION_SAMPLE_METHODS),
                               ("proposer", PROPOSERS)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; "
-                                 f"choose from {', '.join(choices)}")
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+            if value not in choices:
+                raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(choices)}")
 
     @property
     def widths(self) -> tuple[int, ...]:

@@ -70,13 +70,15 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.d_model, config.d_model, bias=False)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                positions: torch.Tensor | None) -> torch.Tensor:
+        """positions None: a full forward, causal over the T tokens, bypassing any cache."""
         B, T, C = x.shape
         q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2)
                    for t in self.wqkv(x).split(self.qkv_split, -1))
         gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.kv_cache is None:
+        if self.kv_cache is None or positions is None:
             # Training / full recompute: plain causal attention over the T tokens given.
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
@@ -108,7 +110,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                positions: torch.Tensor | None) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin, positions)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -166,13 +169,16 @@ class GPT(nn.Module):
         """tokens [B, T] -> logits [B, T, V] (float32).
 
         With a cache, `positions` [B, T] gives each token's absolute position (rows may differ) and
-        k/v are written there. Without one, positions default to 0..T-1 and attention is causal.
+        k/v are written there. Without positions, the tokens are a whole sequence from position 0:
+        attention is causal over them and any attached cache is neither read nor written, so a
+        model a decoder has left its cache on still computes plain logits.
         """
         B, T = tokens.shape
+        rope_positions = positions
         if positions is None:
-            positions = torch.arange(T, device=tokens.device).expand(B, T)
-        cos = self.rope_cos[positions][:, None].to(self.embed.weight.dtype)  # [B, 1, T, D/2]
-        sin = self.rope_sin[positions][:, None].to(self.embed.weight.dtype)
+            rope_positions = torch.arange(T, device=tokens.device).expand(B, T)
+        cos = self.rope_cos[rope_positions][:, None].to(self.embed.weight.dtype)  # [B, 1, T, D/2]
+        sin = self.rope_sin[rope_positions][:, None].to(self.embed.weight.dtype)
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, cos, sin, positions)

@@ -14,6 +14,7 @@ The kept set is defined by value, so ties never depend on the sort's order:
   mass reaches top_p; the top token is always kept.
 """
 
+import numbers
 from typing import NamedTuple
 
 import torch
@@ -56,6 +57,8 @@ def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
     if isinstance(value, torch.Tensor):
         if check_values and value.device.type == "cpu" and not bool(ok(value).all()):
             raise ValueError(f"{name} must be {rule}")
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):  # True is no count
+        raise TypeError(f"{name} must be a number or a [B] tensor, got {type(value).__name__}")
     elif not ok(value):
         raise ValueError(f"{name} must be {rule}, got {value!r}")
 

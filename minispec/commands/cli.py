@@ -17,7 +17,6 @@ moment, even while torch is still importing, is exit code 130; a reader that goe
 from __future__ import annotations
 
 import argparse
-import codecs
 import json
 import math
 import os
@@ -30,6 +29,8 @@ from importlib import import_module
 
 from minispec.commands.args import (THREADS_HELP, OneLineParser, device_name, fail, integer, real,
                                    thread_count)
+from model import tokenizer as byte_tokenizer
+from model.hf_tokenizer import TextTokenizer, load_tokenizer
 
 START = time.perf_counter()  # for time-to-first-token, measured from interpreter start-up
 
@@ -79,17 +80,20 @@ def decode_parser() -> argparse.ArgumentParser:
 
 
 class Streamer:
-    """Writes row 0's tokens as they are accepted, coloured by origin on a terminal, and notes
-    when the first token arrived (time-to-first-token, from interpreter start-up).
+    """Writes row 0's text as its tokens are accepted, coloured by origin on a terminal, and
+    notes when the first token arrived (time-to-first-token, from interpreter start-up).
 
     The legend and the prompt (`header`) are written with the first token, i.e. only once the
-    request has passed validation: bad input leaves stdout empty.
+    request has passed validation: bad input leaves stdout empty. Text comes from re-decoding
+    all of the row's ids with `tokenizer` and writing what is new, so it is the decoded text
+    whatever the tokenizer (bytes, or a model folder's own, whose tokens need not be whole
+    characters or decode alone).
     """
 
-    def __init__(self, colour: bool, header: str | None) -> None:
+    def __init__(self, colour: bool, header: str | None,
+                 tokenizer: TextTokenizer = byte_tokenizer) -> None:
         self.colour, self.header, self.first_token_at = colour, header, None
-        # A character's bytes may arrive in different calls.
-        self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.tokenizer, self.ids, self.shown = tokenizer, [], ""
 
     def __call__(self, row: int, ids: list[int], origins: list[str]) -> None:
         if self.first_token_at is None:
@@ -99,17 +103,23 @@ class Streamer:
         if row or self.header is None:
             return
         for token, origin in zip(ids, origins):
-            text = self.utf8.decode(bytes([token])) if token < 256 else ""
-            if text and self.colour and COLOURS[origin]:
-                text = f"{COLOURS[origin]}{text}{RESET}"
-            sys.stdout.write(text)
+            self.ids.append(token)
+            text = self.tokenizer.decode(self.ids)
+            if not text.endswith("\ufffd"):  # else a character's bytes may still be arriving
+                self.write(text, origin)
         sys.stdout.flush()
 
+    def write(self, text: str, origin: str) -> None:
+        new, self.shown = text[len(self.shown):], text
+        if new and self.colour and COLOURS[origin]:
+            new = f"{COLOURS[origin]}{new}{RESET}"
+        sys.stdout.write(new)
+
     def finish(self) -> None:
-        """Write what the decoder still holds: a cut-off character ends the text as U+FFFD, as it
-        does in the decoded text (--json) - dropping it would make the two disagree."""
+        """Write what was held back: a cut-off character ends the text as U+FFFD, as it does in
+        the decoded text (--json) - dropping it would make the two disagree."""
         if self.header is not None and self.first_token_at is not None:
-            sys.stdout.write(self.utf8.decode(b"", final=True))
+            self.write(self.tokenizer.decode(self.ids), "target")
 
 
 def use_colour(json_output: bool) -> bool:
@@ -138,8 +148,9 @@ def run_decode(argv: list[str]) -> int:
     prompts = args.prompt or [DEFAULT_PROMPT]
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
-    decoder = load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT, args.device,
-                           args.compile)
+    target = args.target or DEFAULT_TARGET
+    tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compares them
+    decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, args.compile)
     if args.proposer in ("suffix", "hybrid") and decoder.suffix_index is None:
         from minispec.commands.build_index import cached_index
 
@@ -148,15 +159,15 @@ def run_decode(argv: list[str]) -> int:
                   proposer=args.proposer, draft_sample_method=args.draft_sample_method,
                   rejection_sample_method=args.rejection_sample_method,
                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                  max_new_tokens=args.max_new_tokens, decoder=decoder)
+                  max_new_tokens=args.max_new_tokens, decoder=decoder, tokenizer=tokenizer)
     if args.compile:  # compile every graph (one round per K) so that the timed run is warm
         generate(prompts, **kwargs, warm_up=True)
         if args.compare:
             generate(prompts, **{**kwargs, "num_speculative_tokens": 0}, warm_up=True)
     legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}"
                                    for o in ("accepted", "corrective", "bonus")) + "\n"
-    streamer = Streamer(colour,
-                        header=None if args.json else (legend if colour else "") + prompts[0])
+    streamer = Streamer(colour, None if args.json else (legend if colour else "") + prompts[0],
+                        tokenizer)
     result = generate(prompts, **kwargs, on_tokens=streamer)
     streamer.finish()
     baseline = (generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare
