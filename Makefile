@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode test train bench bench-gpu verify clean
+.PHONY: help install decode lint test train bench bench-gpu verify clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,7 +27,11 @@ install: $(STAMP)  ## create .venv and install minispec with its dependencies
 decode: $(STAMP)  ## speculative decoding with the shipped pair on a default prompt
 	$(PY) -m minispec decode $(ARGS)
 
-test: $(STAMP)  ## run the test suite (CPU, < 10 min cold)
+lint: $(STAMP)  ## ruff: line length 100, import order, pyflakes (configured in pyproject.toml)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: lint  ## ruff, then the test suite (CPU, < 10 min cold)
 	$(PY) -m pytest -q $(ARGS)
 
 # `make train` runs one process; `make train NPROC=2` runs the same command under torchrun

@@ -6,12 +6,18 @@
 
 Names are imported lazily, so `python -m minispec train` does not load the decoder and sampler.
 """
+
 from importlib import import_module
 
-_EXPORTS = {"generate": "minispec.api", "load_decoder": "minispec.api",
-            "GenerateResult": "minispec.api",
-            "SpeculativeDecoder": "minispec.decode", "GenerationOutput": "minispec.decode",
-            "SamplingParams": "minispec.params", "SpeculativeConfig": "minispec.params"}
+_EXPORTS = {
+    "generate": "minispec.api",
+    "load_decoder": "minispec.api",
+    "GenerateResult": "minispec.api",
+    "SpeculativeDecoder": "minispec.decode",
+    "GenerationOutput": "minispec.decode",
+    "SamplingParams": "minispec.params",
+    "SpeculativeConfig": "minispec.params",
+}
 __all__ = sorted(_EXPORTS)
 
 

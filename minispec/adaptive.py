@@ -153,16 +153,22 @@ class RoundTimes:
         )
 
 
-def next_width(state: LoopState, observed: Observation, config: AdaptiveConfig,
-               relative_times: torch.Tensor) -> tuple[LoopState, torch.Tensor]:
+def next_width(
+    state: LoopState, observed: Observation, config: AdaptiveConfig, relative_times: torch.Tensor
+) -> tuple[LoopState, torch.Tensor]:
     """Inside the round, after it advanced: fold this round's observations into each row's
     running alpha and choose the next round's width (an index into config.widths, 0-d), which
     rides in the round's snapshot. relative_times [W]: RoundTimes.relative, as of the host's
     last measurement. Only what this round already emitted enters: never the next round's noise."""
-    estimate = update_estimate(AlphaEstimate(state.estimate_sum, state.estimate_weight),
-                               observed.beta_sum, observed.tested, config.decay,
-                               config.idle_decay)
+    estimate = update_estimate(
+        AlphaEstimate(state.estimate_sum, state.estimate_weight),
+        observed.beta_sum,
+        observed.tested,
+        config.decay,
+        config.idle_decay,
+    )
     alpha = current_alpha(estimate, config.prior_alpha, config.prior_weight)
     choice = choose_width(alpha, ~state.done, config.widths, relative_times, config.margin)
-    return state._replace(estimate_sum=estimate.weighted_sum,
-                          estimate_weight=estimate.weight), choice
+    return state._replace(
+        estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight
+    ), choice

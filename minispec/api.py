@@ -1,4 +1,5 @@
 """The Python API: text in, text + token ids + stats out, with the shipped pair by default."""
+
 from __future__ import annotations
 
 import json
@@ -27,14 +28,20 @@ class GenerateResult(NamedTuple):
 
 
 @lru_cache(maxsize=4)
-def load_decoder(target: str | Path = DEFAULT_TARGET, draft: str | Path = DEFAULT_DRAFT,
-                 device: str = "cpu", compile: bool = True) -> SpeculativeDecoder:
+def load_decoder(
+    target: str | Path = DEFAULT_TARGET,
+    draft: str | Path = DEFAULT_DRAFT,
+    device: str = "cpu",
+    compile: bool = True,
+) -> SpeculativeDecoder:
     """Load a checkpoint pair once per process and wrap it in a (compiled) decoder."""
     target_model, draft_model = load_pair(target, draft, device=device)
     eos = eos_token_id(target)
     if eos is not None and not 0 <= eos < target_model.config.vocab_size:
-        raise CheckpointError(f"{target}: eos_token_id {eos} is outside the vocabulary "
-                              f"[0, {target_model.config.vocab_size})")
+        raise CheckpointError(
+            f"{target}: eos_token_id {eos} is outside the vocabulary "
+            f"[0, {target_model.config.vocab_size})"
+        )
     return SpeculativeDecoder(target_model, draft_model, compile=compile, eos_token_id=eos)
 
 
@@ -54,23 +61,35 @@ def eos_token_id(path: str | Path) -> int | None:
         raise CheckpointError(f"{file}: not a JSON object with an eos_token_id") from None
     if isinstance(value, list):  # chat models may list several ends; the loop stops at one
         if len(value) > 1:
-            warnings.warn(f"{file} lists {len(value)} eos_token_ids {value}: minispec stops "
-                          f"only at the first, {value[0]}", stacklevel=2)
+            warnings.warn(
+                f"{file} lists {len(value)} eos_token_ids {value}: minispec stops "
+                f"only at the first, {value[0]}",
+                stacklevel=2,
+            )
         value = value[0] if value else None
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise CheckpointError(f"{file}: eos_token_id must be an int, got {value!r}")
     return value
 
 
-def generate(prompts: list[str], *, num_speculative_tokens: int | str = "auto",
-             draft_sample_method: str = "auto", rejection_sample_method: str = "standard",
-             proposer: str = "draft_model", warm_up: bool = False,
-             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int | None = None, max_new_tokens: int = 128,
-             params: list[SamplingParams] | None = None,
-             decoder: SpeculativeDecoder | None = None,
-             on_tokens: Callable[[int, list[int], list[str]], None] | None = None,
-             tokenizer: TextTokenizer = byte_tokenizer) -> GenerateResult:
+def generate(
+    prompts: list[str],
+    *,
+    num_speculative_tokens: int | str = "auto",
+    draft_sample_method: str = "auto",
+    rejection_sample_method: str = "standard",
+    proposer: str = "draft_model",
+    warm_up: bool = False,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    max_new_tokens: int = 128,
+    params: list[SamplingParams] | None = None,
+    decoder: SpeculativeDecoder | None = None,
+    on_tokens: Callable[[int, list[int], list[str]], None] | None = None,
+    tokenizer: TextTokenizer = byte_tokenizer,
+) -> GenerateResult:
     """Speculatively decode each prompt. Sampling arguments apply to every request, unless
     `params` gives one SamplingParams per prompt; request i's seed is seed + i when seeded.
     `warm_up`: compile every graph the settings can use (one round per K) and stop.
@@ -84,20 +103,24 @@ def generate(prompts: list[str], *, num_speculative_tokens: int | str = "auto",
         if seed is not None:
             check_int("seed", seed, "an int or None")
             if seed + len(prompts) > 2**32:  # each request's seed + i must stay in range too
-                raise ValueError(f"seed must be in [0, 2**32 - {len(prompts)}] for "
-                                 f"{len(prompts)} prompts (request i uses seed + i), got {seed}")
+                raise ValueError(
+                    f"seed must be in [0, 2**32 - {len(prompts)}] for "
+                    f"{len(prompts)} prompts (request i uses seed + i), got {seed}"
+                )
             seeds = [seed + i for i in range(len(prompts))]
         params = [SamplingParams(temperature, top_k, top_p, s, max_new_tokens) for s in seeds]
     else:
         check_params(params, len(prompts))
     for p in params:
         p.validate()
-    spec = SpeculativeConfig(num_speculative_tokens, draft_sample_method, rejection_sample_method,
-                             proposer)
+    spec = SpeculativeConfig(
+        num_speculative_tokens, draft_sample_method, rejection_sample_method, proposer
+    )
     spec.validate()
     if decoder is not None and not isinstance(decoder, SpeculativeDecoder):
-        raise TypeError(f"decoder must be a SpeculativeDecoder or None, got "
-                        f"{type(decoder).__name__}")
+        raise TypeError(
+            f"decoder must be a SpeculativeDecoder or None, got {type(decoder).__name__}"
+        )
     if on_tokens is not None and not callable(on_tokens):
         raise TypeError(f"on_tokens must be callable or None, got {type(on_tokens).__name__}")
     decoder = decoder or load_decoder()
@@ -121,8 +144,9 @@ def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[in
         try:
             text.encode("utf-8")  # what every tokenizer needs; a lone surrogate has no form
         except UnicodeEncodeError:
-            raise ValueError(f"prompts[{i}] is not valid Unicode text (it has no UTF-8 "
-                             f"form)") from None
+            raise ValueError(
+                f"prompts[{i}] is not valid Unicode text (it has no UTF-8 form)"
+            ) from None
         ids.append(tokenizer.encode(text))
     return ids
 
@@ -130,11 +154,13 @@ def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[in
 def check_params(params: list[SamplingParams], count: int) -> None:
     """`params` must be a list of one SamplingParams per prompt."""
     if not isinstance(params, (list, tuple)):
-        raise TypeError(f"params must be a list of SamplingParams or None, got "
-                        f"{type(params).__name__}")
+        raise TypeError(
+            f"params must be a list of SamplingParams or None, got {type(params).__name__}"
+        )
     if len(params) != count:
-        raise ValueError(f"params must hold one SamplingParams per prompt: got {len(params)} "
-                         f"for {count} prompts")
+        raise ValueError(
+            f"params must hold one SamplingParams per prompt: got {len(params)} for {count} prompts"
+        )
     for i, p in enumerate(params):
         if not isinstance(p, SamplingParams):
             raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")

@@ -6,6 +6,7 @@ kernel. The first call with a new shape is where Inductor spends seconds to a mi
 and building C++ (or Triton); this wrapper prints a line before it and the time after it, and
 each call of a compiled function is one guard check.
 """
+
 from __future__ import annotations
 
 import sys
@@ -20,10 +21,14 @@ from sampling.constraints import COMPILE_OPTIONS
 
 def describe(args: tuple, kwargs: dict) -> tuple:
     """The distinct shapes of the tensors in args and the other kwargs' values: a graph's key."""
-    shapes = tuple(dict.fromkeys("x".join(map(str, t.shape)) for t in tree_leaves(args)
-                                 if isinstance(t, torch.Tensor)))  # distinct, in order
-    statics = tuple(f"{k}={v}" for k, v in sorted(kwargs.items())
-                    if not isinstance(v, torch.Tensor))
+    shapes = tuple(
+        dict.fromkeys(
+            "x".join(map(str, t.shape)) for t in tree_leaves(args) if isinstance(t, torch.Tensor)
+        )
+    )  # distinct, in order
+    statics = tuple(
+        f"{k}={v}" for k, v in sorted(kwargs.items()) if not isinstance(v, torch.Tensor)
+    )
     return shapes + statics
 
 
@@ -50,8 +55,12 @@ class Announced:
         if not Announced.header_shown:
             print(Announced.header, file=sys.stderr, flush=True)
             Announced.header_shown = True
-        print(f"  compiling {self.name} [{' '.join(key[1:])}] ...", end="", file=sys.stderr,
-              flush=True)
+        print(
+            f"  compiling {self.name} [{' '.join(key[1:])}] ...",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
         start = time.perf_counter()
         out = self.run(*args, **kwargs)
         print(f" {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
@@ -64,8 +73,9 @@ class Announced:
         # Under CUDA graphs an output lives in the graph's memory pool and the next replay
         # overwrites it: keep copies.
         torch.compiler.cudagraph_mark_step_begin()
-        return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t,
-                        self.fn(*args, **kwargs))
+        return tree_map(
+            lambda t: t.clone() if isinstance(t, torch.Tensor) else t, self.fn(*args, **kwargs)
+        )
 
 
 def compile_fn(fn: Callable, name: str, enabled: bool, device: torch.device) -> Announced:

@@ -10,6 +10,7 @@ whole per-round work is one call of the round, one device->host read of its snap
 also decides stopping and, with num_speculative_tokens="auto", the next round's K), the
 streaming callback, and for the suffix proposer a lookup in tokens the host already holds.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,34 +64,46 @@ class SpeculativeDecoder:
     """A target (and optionally a draft model and a suffix index) with compiled rounds, reusable
     across calls."""
 
-    def __init__(self, target: GPT, draft: GPT | None = None, *, compile: bool = True,
-                 suffix_index: SuffixIndex | None = None,
-                 hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD,
-                 eos_token_id: int | None = EOS_TOKEN_ID) -> None:
+    def __init__(
+        self,
+        target: GPT,
+        draft: GPT | None = None,
+        *,
+        compile: bool = True,
+        suffix_index: SuffixIndex | None = None,
+        hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD,
+        eos_token_id: int | None = EOS_TOKEN_ID,
+    ) -> None:
         """`eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only, as they do for an id past the vocabulary:
         the byte tokenizer's default with a tiny test vocabulary)."""
-        if eos_token_id is not None and (isinstance(eos_token_id, bool)
-                                         or not isinstance(eos_token_id, int) or eos_token_id < 0):
+        if eos_token_id is not None and (
+            isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
+        ):
             raise ValueError(f"eos_token_id must be an int >= 0 or None, got {eos_token_id!r}")
         # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
         self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
         if draft is not None and draft.config.vocab_size != target.config.vocab_size:
-            raise ValueError(f"draft vocabulary ({draft.config.vocab_size}) differs from the "
-                             f"target's ({target.config.vocab_size})")
+            raise ValueError(
+                f"draft vocabulary ({draft.config.vocab_size}) differs from the "
+                f"target's ({target.config.vocab_size})"
+            )
         self.target, self.draft = target.eval(), draft.eval() if draft is not None else None
-        self.suffix_index, self.hybrid_threshold, self.compile = (suffix_index, hybrid_threshold,
-                                                                  compile)
+        self.suffix_index, self.hybrid_threshold, self.compile = (
+            suffix_index,
+            hybrid_threshold,
+            compile,
+        )
         self.device = target.embed.weight.device
-        self.max_seq_len = min(target.config.max_seq_len,
-                               draft.config.max_seq_len if draft else math.inf)
+        self.max_seq_len = min(
+            target.config.max_seq_len, draft.config.max_seq_len if draft else math.inf
+        )
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
         self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
         # adaptive K's measurements, per (proposer, batch size)
         self.round_times: dict[tuple[str, int], RoundTimes] = {}
 
-    def proposer(self, name: str, widest: int
-                 ) -> tuple[Proposer, SuffixProposer | None, Announced]:
+    def proposer(self, name: str, widest: int) -> tuple[Proposer, SuffixProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
         on first use."""
         key = (name, widest if name == "hybrid" else 0, self.suffix_index is not None)
@@ -101,29 +114,39 @@ class SpeculativeDecoder:
                 "draft_model": lambda: DraftModelProposer(self.draft),
                 "ngram": NgramProposer,
                 "suffix": lambda: suffix,
-                "hybrid": lambda: HybridProposer(lookups,
-                                                 DraftModelProposer(self.draft, widest + 1),
-                                                 self.hybrid_threshold),
+                "hybrid": lambda: HybridProposer(
+                    lookups, DraftModelProposer(self.draft, widest + 1), self.hybrid_threshold
+                ),
             }[name]()
             host_lookup = suffix if name in ("suffix", "hybrid") else None
-            self.rounds[key] = proposer, host_lookup, compile_fn(
-                partial(speculative_round, self.target, proposer), f"round[{name}]",
-                self.compile, self.device)
+            self.rounds[key] = (
+                proposer,
+                host_lookup,
+                compile_fn(
+                    partial(speculative_round, self.target, proposer),
+                    f"round[{name}]",
+                    self.compile,
+                    self.device,
+                ),
+            )
         return self.rounds[key]
 
-    def check(self, prompts: list[list[int]], params: list[SamplingParams],
-              spec: SpeculativeConfig) -> None:
+    def check(
+        self, prompts: list[list[int]], params: list[SamplingParams], spec: SpeculativeConfig
+    ) -> None:
         """Every bad input raises ValueError naming it, before anything is computed."""
         spec.validate()
         k = max(spec.widths)
         if k > 0 and spec.proposer in USES_DRAFT_MODEL and self.draft is None:
             raise ValueError(f"proposer {spec.proposer!r} needs a draft model")
         if k > 0 and spec.proposer == "suffix" and self.suffix_index is None:
-            raise ValueError("proposer 'suffix' needs a suffix index: "
-                             "SpeculativeDecoder(..., suffix_index=...)")
+            raise ValueError(
+                "proposer 'suffix' needs a suffix index: SpeculativeDecoder(..., suffix_index=...)"
+            )
         if not prompts or len(params) != len(prompts):
-            raise ValueError(f"need one SamplingParams per prompt, got {len(params)} for "
-                             f"{len(prompts)} prompts")
+            raise ValueError(
+                f"need one SamplingParams per prompt, got {len(params)} for {len(prompts)} prompts"
+            )
         vocab = self.target.config.vocab_size
         for i, (prompt, p) in enumerate(zip(prompts, params)):
             p.validate()
@@ -132,16 +155,24 @@ class SpeculativeDecoder:
             if any(not 0 <= t < vocab for t in prompt):
                 raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
             if len(prompt) >= self.max_seq_len:
-                raise ValueError(f"prompt {i} has {len(prompt)} tokens; the context holds "
-                                 f"{self.max_seq_len}")
+                raise ValueError(
+                    f"prompt {i} has {len(prompt)} tokens; the context holds {self.max_seq_len}"
+                )
             if len(prompt) + p.max_new_tokens + k > self.max_seq_len:
-                raise ValueError(f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
-                                 f"{p.max_new_tokens} + num_speculative_tokens {k} exceed the "
-                                 f"context of {self.max_seq_len} tokens")
+                raise ValueError(
+                    f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
+                    f"{p.max_new_tokens} + num_speculative_tokens {k} exceed the "
+                    f"context of {self.max_seq_len} tokens"
+                )
 
     @torch.no_grad()
-    def prefill(self, prompts: list[list[int]], params: list[SamplingParams], k: int,
-                uses_draft: bool = True) -> LoopState:
+    def prefill(
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        k: int,
+        uses_draft: bool = True,
+    ) -> LoopState:
         """Fill the caches (the target's, and the draft's when it drafts) with every prompt token
         but the last (which the first round feeds). k: the widest K of any round.
 
@@ -153,7 +184,7 @@ class SpeculativeDecoder:
             model.setup_cache(b)  # kept when it already fits: the models own their caches
         tokens = torch.zeros(b, self.max_seq_len, dtype=torch.long)
         for i, prompt in enumerate(prompts):
-            tokens[i, :len(prompt)] = torch.tensor(prompt)
+            tokens[i, : len(prompt)] = torch.tensor(prompt)
         tokens = tokens.to(self.device)
         buckets = math.ceil((max(map(len, prompts)) - 1) / PREFILL_BUCKET)
         width = min(self.max_seq_len, buckets * PREFILL_BUCKET)
@@ -163,8 +194,9 @@ class SpeculativeDecoder:
         for model in models:
             model(tokens[:, :width], positions)
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
-        return LoopState.start(tokens, [len(p) for p in prompts],
-                               [p.max_new_tokens for p in params], seeds, k)
+        return LoopState.start(
+            tokens, [len(p) for p in prompts], [p.max_new_tokens for p in params], seeds, k
+        )
 
     @torch.no_grad()
     def catch_up_draft(self, state: LoopState, rounds_behind: int) -> None:
@@ -176,10 +208,15 @@ class SpeculativeDecoder:
         self.draft(state.tokens.gather(1, positions), positions)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: list[SamplingParams],
-                 spec: SpeculativeConfig,
-                 on_tokens: Callable[[int, list[int], list[str]], None] | None = None, *,
-                 warm_up: bool = False) -> GenerationOutput:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        spec: SpeculativeConfig,
+        on_tokens: Callable[[int, list[int], list[str]], None] | None = None,
+        *,
+        warm_up: bool = False,
+    ) -> GenerationOutput:
         """Decode every prompt (token ids, BOS first) until EOS or its max_new_tokens.
 
         `on_tokens(row, ids, origins)` is called as tokens are accepted, for streaming.
@@ -200,8 +237,9 @@ class SpeculativeDecoder:
             rejection_sample_method = "standard"
         uses_draft = spec.proposer in USES_DRAFT_MODEL
         # K = 0 only: no proposer runs, and any proposer's round is the baseline.
-        _, host_lookup, compiled_round = self.proposer(spec.proposer if widest else "draft_model",
-                                                       widest)
+        _, host_lookup, compiled_round = self.proposer(
+            spec.proposer if widest else "draft_model", widest
+        )
         adaptive = spec.adaptive if spec.num_speculative_tokens == "auto" else None
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
@@ -210,15 +248,20 @@ class SpeculativeDecoder:
         stats.time_prefill = time.perf_counter() - start
         outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
         histories = [list(p) for p in prompts]  # what the host lookup reads
-        run_round = partial(compiled_round, draft_sample_method=draft_sample_method,
-                            rejection_sample_method=rejection_sample_method,
-                            eos_token_id=self.eos_token_id, adaptive=adaptive)
+        run_round = partial(
+            compiled_round,
+            draft_sample_method=draft_sample_method,
+            rejection_sample_method=rejection_sample_method,
+            eos_token_id=self.eos_token_id,
+            adaptive=adaptive,
+        )
         times = relative = None
         pending = list(widths)  # warm_up's schedule
         k = pending.pop(0)
         if adaptive:
-            times = self.round_times.setdefault((spec.proposer, b),
-                                                RoundTimes(self.cost_ratio(spec.proposer)))
+            times = self.round_times.setdefault(
+                (spec.proposer, b), RoundTimes(self.cost_ratio(spec.proposer))
+            )
             relative = times.relative(widths)
             if not warm_up:
                 k = self.first_width(adaptive, relative, b)
@@ -233,13 +276,17 @@ class SpeculativeDecoder:
                 host_proposal = host_lookup.host_propose(histories, k, self.device)
                 stats.time_lookup += time.perf_counter() - lookup_start
             state, snapshot = run_round(
-                state, constraints, host_proposal,
+                state,
+                constraints,
+                host_proposal,
                 None if relative is None else relative.to(self.device),
-                num_speculative_tokens=k)
+                num_speculative_tokens=k,
+            )
             rows = snapshot.tolist()  # the round's one host read
             seconds = time.perf_counter() - start
-            stats.count_round(seconds, host_reads=1, compiled_calls=int(compiled_round.compiled),
-                              k=k)
+            stats.count_round(
+                seconds, host_reads=1, compiled_calls=int(compiled_round.compiled), k=k
+            )
             rounds_without_draft = 0 if k else rounds_without_draft + 1
             start = time.perf_counter()
             done = self.emit(rows, k, outputs, origins, on_tokens, histories)
@@ -258,8 +305,13 @@ class SpeculativeDecoder:
         """The first round's K, every row at the prior alpha (later rounds choose inside the
         round). Host tensors: no device read."""
         prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
-        index = choose_width(prior, torch.ones(batch_size, dtype=torch.bool), adaptive.widths,
-                             relative_times, adaptive.margin)
+        index = choose_width(
+            prior,
+            torch.ones(batch_size, dtype=torch.bool),
+            adaptive.widths,
+            relative_times,
+            adaptive.margin,
+        )
         return adaptive.widths[int(index)]
 
     def cost_ratio(self, proposer: str) -> float:
@@ -271,12 +323,17 @@ class SpeculativeDecoder:
         return size(self.draft) / size(self.target)
 
     @staticmethod
-    def emit(rows: list[list[int]], k: int, outputs: list[list[int]], origins: list[list[str]],
-             on_tokens: Callable[[int, list[int], list[str]], None] | None,
-             histories: list[list[int]]) -> bool:
+    def emit(
+        rows: list[list[int]],
+        k: int,
+        outputs: list[list[int]],
+        origins: list[list[str]],
+        on_tokens: Callable[[int, list[int], list[str]], None] | None,
+        histories: list[list[int]],
+    ) -> bool:
         """Hand each row's new tokens to the caller; True once every row is done."""
         for i, row in enumerate(rows):
-            count, num_accepted, num_drafts = row[k + 1:k + 4]
+            count, num_accepted, num_drafts = row[k + 1 : k + 4]
             if count:
                 kinds = origins_of(count, num_accepted, num_drafts)
                 outputs[i] += row[:count]
@@ -289,11 +346,22 @@ class SpeculativeDecoder:
     @staticmethod
     def collect(state: LoopState, stats: DecodeStats) -> None:
         """Copy the device-side counters into stats: one read, after the last round."""
-        counters = [state.rounds, state.accepted, state.generated, state.alpha_count,
-                    state.drafted, state.alpha_sum]
-        totals = torch.cat([torch.stack([c.sum().double() for c in counters]),
-                            state.position_accepted.sum(0).double()]).tolist()
-        (stats.rounds, stats.accepted, stats.emitted, stats.alpha_count,
-         stats.drafted) = map(int, totals[:5])
+        counters = [
+            state.rounds,
+            state.accepted,
+            state.generated,
+            state.alpha_count,
+            state.drafted,
+            state.alpha_sum,
+        ]
+        totals = torch.cat(
+            [
+                torch.stack([c.sum().double() for c in counters]),
+                state.position_accepted.sum(0).double(),
+            ]
+        ).tolist()
+        (stats.rounds, stats.accepted, stats.emitted, stats.alpha_count, stats.drafted) = map(
+            int, totals[:5]
+        )
         stats.alpha_sum = totals[5]
         stats.position_accepted = [int(a) for a in totals[6:]]

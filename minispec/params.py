@@ -3,6 +3,7 @@
 A batch's SamplingParams become one RowConstraints (per-row tensors) once per generate() call;
 that one object goes from here to the sampler's kernels.
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,9 @@ class SamplingParams:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
         check_real("temperature", self.temperature)
         if not 0 <= self.temperature < math.inf:
-            raise ValueError(f"temperature must be finite and >= 0 (0 means greedy), "
-                             f"got {self.temperature}")
+            raise ValueError(
+                f"temperature must be finite and >= 0 (0 means greedy), got {self.temperature}"
+            )
         check_int("top_k", self.top_k)
         if not 0 <= self.top_k < 2**63:
             raise ValueError(f"top_k must be in [0, 2**63) (0 means off), got {self.top_k}")
@@ -85,14 +87,20 @@ class SpeculativeConfig:
         if k != "auto":
             check_int("num_speculative_tokens", k)
             if not 0 <= k <= MAX_SPECULATIVE_TOKENS:
-                raise ValueError(f"num_speculative_tokens must be 'auto' or an int in "
-                                 f"[0, {MAX_SPECULATIVE_TOKENS}], got {k}")
+                raise ValueError(
+                    f"num_speculative_tokens must be 'auto' or an int in "
+                    f"[0, {MAX_SPECULATIVE_TOKENS}], got {k}"
+                )
         elif max(self.adaptive.widths) > MAX_SPECULATIVE_TOKENS:
-            raise ValueError(f"adaptive widths must be at most {MAX_SPECULATIVE_TOKENS}, got "
-                             f"{self.adaptive.widths}")
-        for name, choices in (("draft_sample_method", DRAFT_SAMPLE_METHODS),
-                              ("rejection_sample_method", REJECTION_SAMPLE_METHODS),
-                              ("proposer", PROPOSERS)):
+            raise ValueError(
+                f"adaptive widths must be at most {MAX_SPECULATIVE_TOKENS}, got "
+                f"{self.adaptive.widths}"
+            )
+        for name, choices in (
+            ("draft_sample_method", DRAFT_SAMPLE_METHODS),
+            ("rejection_sample_method", REJECTION_SAMPLE_METHODS),
+            ("proposer", PROPOSERS),
+        ):
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -115,5 +123,8 @@ def row_constraints(params: list[SamplingParams], device: torch.device) -> RowCo
     return normalize_params(
         torch.tensor([p.temperature for p in params], dtype=torch.float32),
         torch.tensor([p.top_k for p in params]) if any(p.top_k for p in params) else None,
-        top_p if any(p.top_p < 1 for p in params) else None, len(params), device,
-        check_values=False)  # each SamplingParams.validate() has checked them
+        top_p if any(p.top_p < 1 for p in params) else None,
+        len(params),
+        device,
+        check_values=False,
+    )  # each SamplingParams.validate() has checked them

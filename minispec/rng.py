@@ -11,6 +11,7 @@ acceptance uniforms are keyed by the position of the drafted token; only positio
 last accepted one are ever drafted again, and their old numbers influenced nothing that was kept.
 The corrective/bonus noise row is keyed by the round's first position, which strictly increases.
 """
+
 from __future__ import annotations
 
 import torch
@@ -60,8 +61,9 @@ def exponential_float32(key: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return (-torch.log((bits.double() + 0.5) / 16777216.0)).float()
 
 
-def round_noise(seeds: torch.Tensor, start: torch.Tensor, num_speculative_tokens: int,
-                vocab_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def round_noise(
+    seeds: torch.Tensor, start: torch.Tensor, num_speculative_tokens: int, vocab_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """All the randomness of one round for rows with `seeds` [B] whose first new token is at
     `start` [B].
 

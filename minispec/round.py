@@ -11,6 +11,7 @@ It is a pure function of tensors (the models' KV caches aside), so the decoder c
 one graph per static shape: one call, one guard check, per round. With K = 0 the propose phase
 is absent and accept is plain sampling of the target's next token: the baseline.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,49 +36,73 @@ def verify(target: GPT, state: LoopState, proposal: Proposal | None) -> torch.Te
     return target(tokens, positions)
 
 
-def accept(target_logits: torch.Tensor, proposal: Proposal | None, constraints: RowConstraints,
-           uniforms: torch.Tensor, noise: torch.Tensor,
-           method: str) -> tuple[torch.Tensor, torch.Tensor]:
+def accept(
+    target_logits: torch.Tensor,
+    proposal: Proposal | None,
+    constraints: RowConstraints,
+    uniforms: torch.Tensor,
+    noise: torch.Tensor,
+    method: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The emitted tokens [B, K+1] (n accepted drafts, then the corrective or bonus token, then
     placeholders) and n [B]. With no drafts, the target's next token is sampled."""
     if proposal is None:
         token, _ = draw(target_logits[:, 0], constraints, noise)
         return token[:, None], torch.zeros_like(token)
-    return rejection_sample(target_logits, proposal.draft_token_ids, proposal.draft_probs,
-                            **constraints._asdict(), uniforms=uniforms, exponentials=noise,
-                            method=method, compiled=False, check_values=False,
-                            num_draft_tokens=proposal.num_draft_tokens)
+    return rejection_sample(
+        target_logits,
+        proposal.draft_token_ids,
+        proposal.draft_probs,
+        **constraints._asdict(),
+        uniforms=uniforms,
+        exponentials=noise,
+        method=method,
+        compiled=False,
+        check_values=False,
+        num_draft_tokens=proposal.num_draft_tokens,
+    )
 
 
-def acceptance_probability(target_logits: torch.Tensor, proposal: Proposal,
-                           constraints: RowConstraints) -> torch.Tensor:
+def acceptance_probability(
+    target_logits: torch.Tensor, proposal: Proposal, constraints: RowConstraints
+) -> torch.Tensor:
     """beta_i = sum_v min(p_i(v), q_i(v)) at each draft position [B, K] (Leviathan Def. 3.1);
     with a one-hot q it is p_i(x_i). Their mean over tested positions is alpha. Values past a
     row's last draft are meaningless and never counted."""
     ids = proposal.draft_token_ids.clamp(min=0)
-    p = distribution(target_logits[:, :ids.shape[1]], constraints)
+    p = distribution(target_logits[:, : ids.shape[1]], constraints)
     if proposal.draft_probs is None:
         return p.gather(-1, ids[..., None]).squeeze(-1)
     return torch.minimum(p, proposal.draft_probs).sum(-1)
 
 
-def speculative_round(target: GPT, proposer: Proposer | None, state: LoopState,
-                      constraints: RowConstraints, host_proposal: Proposal | None = None,
-                      relative_times: torch.Tensor | None = None, *,
-                      num_speculative_tokens: int, draft_sample_method: str,
-                      rejection_sample_method: str, eos_token_id: int,
-                      adaptive: AdaptiveConfig | None = None) -> tuple[LoopState, torch.Tensor]:
+def speculative_round(
+    target: GPT,
+    proposer: Proposer | None,
+    state: LoopState,
+    constraints: RowConstraints,
+    host_proposal: Proposal | None = None,
+    relative_times: torch.Tensor | None = None,
+    *,
+    num_speculative_tokens: int,
+    draft_sample_method: str,
+    rejection_sample_method: str,
+    eos_token_id: int,
+    adaptive: AdaptiveConfig | None = None,
+) -> tuple[LoopState, torch.Tensor]:
     """Algorithm 1 once for every row: returns the next state and the snapshot the host reads
     (with `adaptive`, its last column is the next round's width, an index into its widths)."""
     k, vocab_size = num_speculative_tokens, target.config.vocab_size
     draft_noise, uniforms, target_noise = round_noise(state.seeds, state.seq_len, k, vocab_size)
     proposal = beta = None
     if k:
-        proposal = proposer.propose(state, k, constraints, draft_noise, draft_sample_method,
-                                    host_proposal)
+        proposal = proposer.propose(
+            state, k, constraints, draft_noise, draft_sample_method, host_proposal
+        )
     target_logits = verify(target, state, proposal)
-    emitted, num_accepted = accept(target_logits, proposal, constraints, uniforms, target_noise,
-                                   rejection_sample_method)
+    emitted, num_accepted = accept(
+        target_logits, proposal, constraints, uniforms, target_noise, rejection_sample_method
+    )
     if k:
         beta = acceptance_probability(target_logits, proposal, constraints)
     num_drafts = None if proposal is None else proposal.num_draft_tokens

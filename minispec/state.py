@@ -4,6 +4,7 @@ Every field is a [B, ...] tensor on the device, so a round is a pure function fr
 to the next and compiles as one graph. Statistics accumulate here too and are read once, after
 the last round.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -32,8 +33,14 @@ class LoopState(NamedTuple):
     estimate_weight: torch.Tensor  # [B] float64
 
     @classmethod
-    def start(cls, tokens: torch.Tensor, prompt_lengths: list[int], max_new_tokens: list[int],
-              seeds: list[int], num_speculative_tokens: int) -> LoopState:
+    def start(
+        cls,
+        tokens: torch.Tensor,
+        prompt_lengths: list[int],
+        max_new_tokens: list[int],
+        seeds: list[int],
+        num_speculative_tokens: int,
+    ) -> LoopState:
         """The state before the first round: prompts in place, counters at zero.
         num_speculative_tokens is the widest K any round will use."""
         b, device = tokens.shape[0], tokens.device
@@ -44,13 +51,22 @@ class LoopState(NamedTuple):
         def ints(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.long, device=device)
 
-        return cls(tokens=tokens, seq_len=ints(prompt_lengths), generated=zeros(),
-                   max_new=ints(max_new_tokens), done=zeros(dtype=torch.bool), seeds=ints(seeds),
-                   rounds=zeros(), drafted=zeros(), accepted=zeros(),
-                   position_accepted=zeros(num_speculative_tokens),
-                   alpha_sum=zeros(dtype=torch.float64), alpha_count=zeros(),
-                   estimate_sum=zeros(dtype=torch.float64),
-                   estimate_weight=zeros(dtype=torch.float64))
+        return cls(
+            tokens=tokens,
+            seq_len=ints(prompt_lengths),
+            generated=zeros(),
+            max_new=ints(max_new_tokens),
+            done=zeros(dtype=torch.bool),
+            seeds=ints(seeds),
+            rounds=zeros(),
+            drafted=zeros(),
+            accepted=zeros(),
+            position_accepted=zeros(num_speculative_tokens),
+            alpha_sum=zeros(dtype=torch.float64),
+            alpha_count=zeros(),
+            estimate_sum=zeros(dtype=torch.float64),
+            estimate_weight=zeros(dtype=torch.float64),
+        )
 
 
 class Observation(NamedTuple):
@@ -60,8 +76,12 @@ class Observation(NamedTuple):
     beta_sum: torch.Tensor  # [B] float64: sum of beta over them
 
 
-def observe(state: LoopState, num_accepted: torch.Tensor, num_draft_tokens: torch.Tensor | None,
-            beta: torch.Tensor | None) -> Observation:
+def observe(
+    state: LoopState,
+    num_accepted: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None,
+    beta: torch.Tensor | None,
+) -> Observation:
     """The tested positions of a round with L = num_draft_tokens drafts per row: the first
     n + 1 of them, and only n when all L passed (nothing tested the end of a proposal)."""
     active = ~state.done
@@ -74,8 +94,9 @@ def observe(state: LoopState, num_accepted: torch.Tensor, num_draft_tokens: torc
     return Observation(tested, beta_sum)
 
 
-def emitted_count(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
-                  eos_token_id: int) -> torch.Tensor:
+def emitted_count(
+    state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor, eos_token_id: int
+) -> torch.Tensor:
     """How many of a row's n + 1 emitted tokens it keeps [B]: up to and including its first
     EOS, within its max_new_tokens, none once it is done."""
     width = emitted.shape[1]
@@ -87,9 +108,14 @@ def emitted_count(state: LoopState, emitted: torch.Tensor, num_accepted: torch.T
     return torch.where(state.done, 0, count)
 
 
-def advance(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
-            num_draft_tokens: torch.Tensor | None, observed: Observation,
-            eos_token_id: int) -> tuple[LoopState, torch.Tensor]:
+def advance(
+    state: LoopState,
+    emitted: torch.Tensor,
+    num_accepted: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None,
+    observed: Observation,
+    eos_token_id: int,
+) -> tuple[LoopState, torch.Tensor]:
     """Append each row's kept tokens and move it forward by their count (Algorithm 1's
     "return prefix + [x_1..x_n, t]"); the KV caches roll back by position alone.
 
@@ -105,15 +131,30 @@ def advance(state: LoopState, emitted: torch.Tensor, num_accepted: torch.Tensor,
     done = state.done | ((emitted == eos_token_id) & keep).any(1) | (generated >= state.max_new)
     drafts = torch.zeros_like(count) if num_draft_tokens is None else num_draft_tokens
     new = accumulate_stats(state, num_accepted, drafts, observed)._replace(
-        tokens=state.tokens.scatter(1, index, written), seq_len=state.seq_len + count,
-        generated=generated, done=done)
-    snapshot = torch.cat([torch.where(keep, emitted, -1), count[:, None], num_accepted[:, None],
-                          drafts[:, None], done[:, None]], 1)
+        tokens=state.tokens.scatter(1, index, written),
+        seq_len=state.seq_len + count,
+        generated=generated,
+        done=done,
+    )
+    snapshot = torch.cat(
+        [
+            torch.where(keep, emitted, -1),
+            count[:, None],
+            num_accepted[:, None],
+            drafts[:, None],
+            done[:, None],
+        ],
+        1,
+    )
     return new, snapshot
 
 
-def accumulate_stats(state: LoopState, num_accepted: torch.Tensor, num_draft_tokens: torch.Tensor,
-                     observed: Observation) -> LoopState:
+def accumulate_stats(
+    state: LoopState,
+    num_accepted: torch.Tensor,
+    num_draft_tokens: torch.Tensor,
+    observed: Observation,
+) -> LoopState:
     """Count the round for each active row: its drafts, the accepted ones, the accepted prefix
     per position, and beta at the positions the sampler tested."""
     k = state.position_accepted.shape[1]
@@ -126,4 +167,5 @@ def accumulate_stats(state: LoopState, num_accepted: torch.Tensor, num_draft_tok
         accepted=state.accepted + torch.where(active, num_accepted, 0),
         position_accepted=state.position_accepted + prefix.long(),
         alpha_sum=state.alpha_sum + observed.beta_sum,
-        alpha_count=state.alpha_count + observed.tested)
+        alpha_count=state.alpha_count + observed.tested,
+    )

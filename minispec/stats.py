@@ -4,6 +4,7 @@ alpha is the mean over verified positions of sum_v min(p(v), q(v)) (Leviathan Co
 draft acceptance rate is accepted / drafted (vLLM's "acceptance rate", smaller than alpha); the
 mean acceptance length is 1 + accepted / rounds, which eq. (1) predicts.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -96,40 +97,57 @@ class DecodeStats:
         return self.draft_step_time / self.target_step_time
 
     def to_dict(self) -> dict:
-        return {"num_speculative_tokens": self.num_speculative_tokens, "alpha": self.alpha,
-                "draft_acceptance_rate": self.draft_acceptance_rate,
-                "mean_acceptance_length": self.mean_acceptance_length,
-                "per_position_acceptance": self.per_position_acceptance,
-                "tokens_per_target_forward": self.tokens_per_target_forward,
-                "tokens_per_second": self.tokens_per_second, "emitted": self.emitted,
-                "rounds": self.rounds, "host_syncs_per_round": self.per_round(self.host_syncs),
-                "compiled_calls_per_round": self.per_round(self.compiled_calls),
-                "k_histogram": dict(sorted(self.k_histogram.items())),
-                "c": self.cost_ratio(),
-                "time_s": {"prefill": self.time_prefill, "rounds": self.time_round,
-                           "emit": self.time_emit, "lookup": self.time_lookup}}
+        return {
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "alpha": self.alpha,
+            "draft_acceptance_rate": self.draft_acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position_acceptance": self.per_position_acceptance,
+            "tokens_per_target_forward": self.tokens_per_target_forward,
+            "tokens_per_second": self.tokens_per_second,
+            "emitted": self.emitted,
+            "rounds": self.rounds,
+            "host_syncs_per_round": self.per_round(self.host_syncs),
+            "compiled_calls_per_round": self.per_round(self.compiled_calls),
+            "k_histogram": dict(sorted(self.k_histogram.items())),
+            "c": self.cost_ratio(),
+            "time_s": {
+                "prefill": self.time_prefill,
+                "rounds": self.time_round,
+                "emit": self.time_emit,
+                "lookup": self.time_lookup,
+            },
+        }
 
     def summary(self, baseline: "DecodeStats | None" = None) -> str:
         """Human-readable lines; with a K = 0 baseline, the measured speedup, and Theorem 3.8's
         prediction beside it when c was timed."""
         k = self.num_speculative_tokens
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-        lines = [f"K = {k}: {self.emitted} tokens in {self.decode_time:.3f} s "
-                 f"({self.tokens_per_second:.1f} tok/s)"]
+        lines = [
+            f"K = {k}: {self.emitted} tokens in {self.decode_time:.3f} s "
+            f"({self.tokens_per_second:.1f} tok/s)"
+        ]
         if k:
-            lines += [f"  alpha (mean sum min(p, q))   {fmt(self.alpha)}",
-                      f"  draft acceptance rate        {fmt(self.draft_acceptance_rate)}",
-                      f"  mean acceptance length       {self.mean_acceptance_length:.3f}",
-                      "  per-position acceptance      "
-                      + " ".join(f"{a:.2f}" for a in self.per_position_acceptance)]
+            lines += [
+                f"  alpha (mean sum min(p, q))   {fmt(self.alpha)}",
+                f"  draft acceptance rate        {fmt(self.draft_acceptance_rate)}",
+                f"  mean acceptance length       {self.mean_acceptance_length:.3f}",
+                "  per-position acceptance      "
+                + " ".join(f"{a:.2f}" for a in self.per_position_acceptance),
+            ]
         if k == "auto":
-            lines.append("  K chosen (K: rounds)         "
-                         + " ".join(f"{w}: {n}" for w, n in sorted(self.k_histogram.items())))
-        lines += [f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
-                  f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
-                  f"  guard checks per round       {self.per_round(self.compiled_calls):.2f}",
-                  f"  time per round               {1e3 * self.round_time:.2f} ms "
-                  f"(+ {1e3 * self.per_round(self.time_emit):.2f} ms handing tokens out)"]
+            lines.append(
+                "  K chosen (K: rounds)         "
+                + " ".join(f"{w}: {n}" for w, n in sorted(self.k_histogram.items()))
+            )
+        lines += [
+            f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
+            f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
+            f"  guard checks per round       {self.per_round(self.compiled_calls):.2f}",
+            f"  time per round               {1e3 * self.round_time:.2f} ms "
+            f"(+ {1e3 * self.per_round(self.time_emit):.2f} ms handing tokens out)",
+        ]
         if k and self.cost_ratio() is not None:
             lines.append(f"  measured c                   {fmt(self.cost_ratio())}")
         if k and baseline:

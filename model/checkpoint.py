@@ -5,6 +5,7 @@ config as JSON, the tokenizer, how it was trained, and a SHA-256 of the tensor b
 every way a file can be wrong is reported as one clear `CheckpointError` instead of a crash or,
 worse, a silently different model. Writes are atomic: a temporary file, fsync, then rename.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,8 +61,11 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
     Windows, os.kill ends the process it is given)."""
     if os.name != "posix" or not folder.is_dir():
         return []
-    stale = [p for p in folder.glob(".*.tmp-*") if (m := TEMPORARY.fullmatch(p.name))
-             and p.is_file() and not process_alive(int(m[1]))]
+    stale = [
+        p
+        for p in folder.glob(".*.tmp-*")
+        if (m := TEMPORARY.fullmatch(p.name)) and p.is_file() and not process_alive(int(m[1]))
+    ]
     for p in stale:
         p.unlink(missing_ok=True)
     return stale
@@ -82,8 +86,13 @@ def atomic_write(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def save_checkpoint(path: str | Path, model: GPT, metadata: dict[str, str] | None = None,
-                    dtype: torch.dtype | None = None, extra: dict[str, torch.Tensor] | None = None) -> None:
+def save_checkpoint(
+    path: str | Path,
+    model: GPT,
+    metadata: dict[str, str] | None = None,
+    dtype: torch.dtype | None = None,
+    extra: dict[str, torch.Tensor] | None = None,
+) -> None:
     """Save `model` (optionally cast to `dtype`, e.g. float16 to halve the file) with metadata.
 
     `extra` adds tensors under their own names (the trainer stores optimizer state this way).
@@ -92,12 +101,19 @@ def save_checkpoint(path: str | Path, model: GPT, metadata: dict[str, str] | Non
     # unloadable: save the module it wraps.
     model = getattr(model, "_orig_mod", model)
     tied = model.config.tie_embeddings
-    tensors = {k: (v.to(dtype) if dtype is not None else v).detach().cpu().contiguous()
-               for k, v in model.state_dict().items() if not (tied and k == TIED_KEY)}
+    tensors = {
+        k: (v.to(dtype) if dtype is not None else v).detach().cpu().contiguous()
+        for k, v in model.state_dict().items()
+        if not (tied and k == TIED_KEY)
+    }
     tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    meta.update(format=FORMAT, config=model.config.to_json(),
-                tokenizer=json.dumps(tokenizer.describe()), sha256=tensor_digest(tensors))
+    meta.update(
+        format=FORMAT,
+        config=model.config.to_json(),
+        tokenizer=json.dumps(tokenizer.describe()),
+        sha256=tensor_digest(tensors),
+    )
     atomic_write(Path(path), save_bytes(tensors, metadata=meta))
 
 
@@ -110,18 +126,21 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     # The safetensors layout: an 8-byte little-endian header size, a JSON header, then the data.
     try:
         (header_size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8:8 + header_size])
+        header = json.loads(data[8 : 8 + header_size])
         if not isinstance(header, dict):
             raise ValueError
     except RecursionError:  # JSON nested thousands deep: no header we wrote; json.loads gives up
-        raise CheckpointError(f"{path}: not a safetensors file "
-                              f"(its header nests too deeply)") from None
+        raise CheckpointError(
+            f"{path}: not a safetensors file (its header nests too deeply)"
+        ) from None
     except (struct.error, ValueError, UnicodeDecodeError):
         # A header that starts like one ('{') but runs past the end of the file was cut short,
         # e.g. by an interrupted copy: say so rather than "not safetensors".
         if data[8:9] == b"{" and len(data) < 8 + header_size:
-            raise CheckpointError(f"{path}: truncated safetensors file ({len(data)} bytes, but its header "
-                                  f"alone needs {8 + header_size})") from None
+            raise CheckpointError(
+                f"{path}: truncated safetensors file ({len(data)} bytes, but its header "
+                f"alone needs {8 + header_size})"
+            ) from None
         raise CheckpointError(f"{path}: not a safetensors file") from None
     try:
         tensors = load_bytes(data)
@@ -129,7 +148,10 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({exc})") from None
     meta = header.get("__metadata__") or {}
     if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a minispec checkpoint (format {meta.get('format')!r}, expected {FORMAT!r})")
+        raise CheckpointError(
+            f"{path}: not a minispec checkpoint (format {meta.get('format')!r}, "
+            f"expected {FORMAT!r})"
+        )
     if meta.get("sha256") != tensor_digest(tensors):
         raise CheckpointError(f"{path}: corrupt checkpoint (tensor checksum mismatch)")
     missing = [key for key in ("config", "tokenizer") if key not in meta]
@@ -149,17 +171,21 @@ def check_tokenizer(path: Path, meta: dict[str, str], config: GPTConfig) -> None
         raise CheckpointError(f"{path}: tokenizer metadata does not parse") from None
     kind = recorded.get("kind") if isinstance(recorded, dict) else None
     if kind != expected["kind"]:
-        raise CheckpointError(f"{path}: made for tokenizer {kind!r}, but minispec's tokenizer is "
-                              f"{expected['kind']!r}")
+        raise CheckpointError(
+            f"{path}: made for tokenizer {kind!r}, but minispec's tokenizer is {expected['kind']!r}"
+        )
     if recorded != expected:
         raise CheckpointError(f"{path}: tokenizer {recorded} differs from minispec's {expected}")
     if config.vocab_size != expected["vocab_size"]:
-        raise CheckpointError(f"{path}: vocab_size {config.vocab_size} does not match the "
-                              f"{expected['kind']} tokenizer's {expected['vocab_size']} ids")
+        raise CheckpointError(
+            f"{path}: vocab_size {config.vocab_size} does not match the "
+            f"{expected['kind']} tokenizer's {expected['vocab_size']} ids"
+        )
 
 
-def cast_finite(path: str | Path, weights: dict[str, torch.Tensor],
-                dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def cast_finite(
+    path: str | Path, weights: dict[str, torch.Tensor], dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     """`weights` cast to `dtype`. NaN or inf weights, in the file or made by the cast, decode
     to garbage (only NUL bytes) with exit code 0: they are an error that names the tensor."""
     cast = {k: v.to(dtype) for k, v in weights.items()}
@@ -171,8 +197,9 @@ def cast_finite(path: str | Path, weights: dict[str, torch.Tensor],
     return cast
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
-                    dtype: torch.dtype = torch.float32) -> tuple[GPT, dict[str, str]]:
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[GPT, dict[str, str]]:
     """Build the model a checkpoint describes and load its weights (cast to `dtype`).
 
     `path` is a minispec .safetensors file, or a Hugging Face Llama folder (with config.json).
@@ -191,16 +218,22 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
     # disagrees with the file is reported before it can ask for terabytes.
     tied = config.tie_embeddings
     with torch.device("meta"):
-        expected = {k: v.shape for k, v in GPT(config).state_dict().items()
-                    if not (tied and k == TIED_KEY)}
+        expected = {
+            k: v.shape for k, v in GPT(config).state_dict().items() if not (tied and k == TIED_KEY)
+        }
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
-    missing, unexpected = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
+    missing, unexpected = (
+        sorted(expected.keys() - weights.keys()),
+        sorted(weights.keys() - expected.keys()),
+    )
     if missing or unexpected:
         raise CheckpointError(f"{path}: missing keys {missing}, unexpected keys {unexpected}")
     for k, shape in expected.items():
         if weights[k].shape != shape:
-            raise CheckpointError(f"{path}: shape mismatch for {k}: file has {tuple(weights[k].shape)}, "
-                                  f"config expects {tuple(shape)}")
+            raise CheckpointError(
+                f"{path}: shape mismatch for {k}: file has {tuple(weights[k].shape)}, "
+                f"config expects {tuple(shape)}"
+            )
     if tied:
         weights[TIED_KEY] = weights["embed.weight"]
     model = GPT(config)
@@ -208,19 +241,31 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu",
     return model.to(device=device, dtype=dtype).eval(), meta
 
 
-def load_pair(target_path: str | Path, draft_path: str | Path, device: str | torch.device = "cpu",
-              dtype: torch.dtype = torch.float32) -> tuple[GPT, GPT]:
+def load_pair(
+    target_path: str | Path,
+    draft_path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> tuple[GPT, GPT]:
     """The target and draft models; they must share a tokenizer and vocabulary to be paired."""
     target, target_meta = load_checkpoint(target_path, device, dtype)
     draft, draft_meta = load_checkpoint(draft_path, device, dtype)
-    if target.config.vocab_size != draft.config.vocab_size or target_meta["tokenizer"] != draft_meta["tokenizer"]:
-        raise CheckpointError(f"draft {draft_path} and target {target_path} have different vocabularies "
-                              f"({draft.config.vocab_size} vs {target.config.vocab_size} tokens)")
+    if (
+        target.config.vocab_size != draft.config.vocab_size
+        or target_meta["tokenizer"] != draft_meta["tokenizer"]
+    ):
+        raise CheckpointError(
+            f"draft {draft_path} and target {target_path} have different vocabularies "
+            f"({draft.config.vocab_size} vs {target.config.vocab_size} tokens)"
+        )
     # Swapped files still decode exactly, only slower than no speculation at all (c > 1).
     roles = (target_meta.get("role"), draft_meta.get("role"))
     if draft.num_params() > target.num_params() or roles == ("draft", "target"):
-        warnings.warn(f"the draft {draft_path} (role {roles[1]!r}, {draft.num_params():,} "
-                      f"parameters) looks like a target and the target {target_path} (role "
-                      f"{roles[0]!r}, {target.num_params():,} parameters) like a draft: "
-                      f"are they swapped?", stacklevel=2)
+        warnings.warn(
+            f"the draft {draft_path} (role {roles[1]!r}, {draft.num_params():,} "
+            f"parameters) looks like a target and the target {target_path} (role "
+            f"{roles[0]!r}, {target.num_params():,} parameters) like a draft: "
+            f"are they swapped?",
+            stacklevel=2,
+        )
     return target, draft

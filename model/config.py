@@ -5,6 +5,7 @@ single-token step must cost >= 10x the draft's (c <= 0.1, Leviathan Definition 3
 (K+1)-token verify step must cost little more than a single-token step (the weights are read
 once either way). Measured numbers for the shipped pair live in checkpoints/README.md.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 from model.tokenizer import VOCAB_SIZE
-
 
 # Upper bounds, so that a bad config fails here as one line instead of as an allocation of
 # terabytes (or a build of a billion layers) when a model is made from it. They are past any
@@ -43,27 +43,47 @@ class GPTConfig:
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)  # frozen: set once, here
         # Checked here, not where they are used, so that a checkpoint's config that does not make
-        # sense fails as one ValueError at load time. bool is an int subclass: JSON `true` is not a size.
-        for name in ("vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "mlp_hidden",
-                     "max_seq_len"):
+        # sense fails as one ValueError at load time. bool is an int subclass: JSON `true` is not
+        # a size.
+        for name in (
+            "vocab_size",
+            "n_layer",
+            "n_head",
+            "n_kv_head",
+            "d_model",
+            "mlp_hidden",
+            "max_seq_len",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {value!r}")
             if value > SIZE_LIMITS.get(name, value):
-                raise ValueError(f"GPTConfig.{name} must be at most {SIZE_LIMITS[name]:,}, "
-                                 f"got {value:,}")
+                raise ValueError(
+                    f"GPTConfig.{name} must be at most {SIZE_LIMITS[name]:,}, got {value:,}"
+                )
         for name in ("rope_theta", "norm_eps"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-                raise ValueError(f"GPTConfig.{name} must be a positive finite number, got {value!r}")
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not 0 < value < math.inf
+            ):
+                raise ValueError(
+                    f"GPTConfig.{name} must be a positive finite number, got {value!r}"
+                )
         if self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
-            raise ValueError(f"GPTConfig.d_model={self.d_model} must split into n_head={self.n_head} even-sized heads")
+            raise ValueError(
+                f"GPTConfig.d_model={self.d_model} must split into n_head={self.n_head} "
+                "even-sized heads"
+            )
         if self.n_head % self.n_kv_head:
-            raise ValueError(f"GPTConfig.n_head={self.n_head} must be a multiple of "
-                             f"n_kv_head={self.n_kv_head}")
+            raise ValueError(
+                f"GPTConfig.n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}"
+            )
         if not isinstance(self.tie_embeddings, bool):
-            raise ValueError(f"GPTConfig.tie_embeddings must be a bool, "
-                             f"got {self.tie_embeddings!r}")
+            raise ValueError(
+                f"GPTConfig.tie_embeddings must be a bool, got {self.tie_embeddings!r}"
+            )
 
     @property
     def head_dim(self) -> int:

@@ -10,6 +10,7 @@ values at its own absolute positions, and attention masks keys by position (key 
 Entries past a row's position are therefore invisible, so rejecting drafted tokens is just
 moving the row's position back; the stale entries are overwritten by the next write.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,14 +25,23 @@ from model.config import GPTConfig
 class KVCache(nn.Module):
     """Preallocated keys and values, [batch, kv heads, max_seq_len, head_dim]: static shapes."""
 
-    def __init__(self, batch_size: int, n_head: int, max_seq_len: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        n_head: int,
+        max_seq_len: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
         super().__init__()
         shape = (batch_size, n_head, max_seq_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache.
 
         An indexed assignment (index_put_), not scatter_: Inductor turns it into a kernel that
@@ -53,7 +63,8 @@ def rope_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the two halves of each head, x [B, H, T, D], by per-token angles cos/sin [B, 1, T, D/2]."""
+    """Rotate the two halves of each head, x [B, H, T, D], by per-token angles cos/sin
+    [B, 1, T, D/2]."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
@@ -70,12 +81,15 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.d_model, config.d_model, bias=False)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None
+    ) -> torch.Tensor:
         """positions None: a full forward, causal over the T tokens, bypassing any cache."""
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2)
-                   for t in self.wqkv(x).split(self.qkv_split, -1))
+        q, k, v = (
+            t.view(B, T, -1, self.head_dim).transpose(1, 2)
+            for t in self.wqkv(x).split(self.qkv_split, -1)
+        )
         gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.kv_cache is None or positions is None:
@@ -110,8 +124,9 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None
+    ) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin, positions)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -152,13 +167,22 @@ class GPT(nn.Module):
         """
         p = self.embed.weight
         cache = self.blocks[0].attn.kv_cache
-        if cache is not None and cache.k.shape[0] == batch_size and cache.k.dtype == p.dtype \
-                and cache.k.device == p.device:
+        if (
+            cache is not None
+            and cache.k.shape[0] == batch_size
+            and cache.k.dtype == p.dtype
+            and cache.k.device == p.device
+        ):
             return
         for block in self.blocks:
-            block.attn.kv_cache = KVCache(batch_size, self.config.n_kv_head,
-                                          self.config.max_seq_len, self.config.head_dim,
-                                          p.dtype, p.device)
+            block.attn.kv_cache = KVCache(
+                batch_size,
+                self.config.n_kv_head,
+                self.config.max_seq_len,
+                self.config.head_dim,
+                p.dtype,
+                p.device,
+            )
 
     def drop_cache(self) -> None:
         """Back to cache-free causal attention (training, full recompute)."""

@@ -3,6 +3,7 @@
 Bytes need no training, cover every language (Korean is just 3 bytes per syllable) and make the
 vocabulary tiny, so the output head costs almost nothing on a CPU.
 """
+
 from __future__ import annotations
 
 BOS_TOKEN_ID = 256  # starts every document during training and every prompt at decode time
@@ -22,5 +23,5 @@ def decode(ids: list[int]) -> str:
 
 
 def describe() -> dict[str, int | str]:
-    """What a checkpoint records about the tokenizer, so a mismatched pair is caught at load time."""
+    """What a checkpoint records about the tokenizer: a mismatched pair is caught at load time."""
     return {"kind": "bytes", "vocab_size": VOCAB_SIZE, "bos": BOS_TOKEN_ID, "eos": EOS_TOKEN_ID}

@@ -8,8 +8,18 @@
 """
 
 from sampling.constraints import SampleOutput, sample
-from sampling.rejection import (PLACEHOLDER_TOKEN_ID, REJECTION_SAMPLE_METHODS, RejectionOutput,
-                                rejection_sample)
+from sampling.rejection import (
+    PLACEHOLDER_TOKEN_ID,
+    REJECTION_SAMPLE_METHODS,
+    RejectionOutput,
+    rejection_sample,
+)
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "REJECTION_SAMPLE_METHODS", "RejectionOutput", "SampleOutput",
-           "rejection_sample", "sample"]
+__all__ = [
+    "PLACEHOLDER_TOKEN_ID",
+    "REJECTION_SAMPLE_METHODS",
+    "RejectionOutput",
+    "SampleOutput",
+    "rejection_sample",
+    "sample",
+]

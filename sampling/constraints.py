@@ -26,24 +26,27 @@ class RowConstraints(NamedTuple):
     """Per-row temperature, top_k and top_p as tensors, the form the compiled code takes (see
     ``normalize_params``). A request's ``SamplingParams`` become one row of these."""
 
-    temperature: torch.Tensor    # [B] float32; 0 marks a greedy row
-    top_k: torch.Tensor | None   # [B] int64, 0 = off for that row; None = off for every row
-    top_p: torch.Tensor | None   # [B] float64, 1.0 = off for that row; None = off for every row
+    temperature: torch.Tensor  # [B] float32; 0 marks a greedy row
+    top_k: torch.Tensor | None  # [B] int64, 0 = off for that row; None = off for every row
+    top_p: torch.Tensor | None  # [B] float64, 1.0 = off for that row; None = off for every row
 
 
 class SampleOutput(NamedTuple):
     token_ids: torch.Tensor  # [B] int64
-    probs: torch.Tensor      # [B, V] float32, exactly the distribution token_ids was drawn from
+    probs: torch.Tensor  # [B, V] float32, exactly the distribution token_ids was drawn from
 
 
-def _per_row(name: str, value, batch_size: int, device: torch.device,
-             dtype: torch.dtype) -> torch.Tensor:
+def _per_row(
+    name: str, value, batch_size: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """A Python scalar or a [B] tensor as a [B] tensor of ``dtype`` on ``device``."""
     if not isinstance(value, torch.Tensor):
         return torch.full((batch_size,), value, dtype=dtype, device=device)
     if value.shape != (batch_size,):
-        raise ValueError(f"{name} must be a scalar or a [B] = [{batch_size}] tensor, "
-                         f"got shape {list(value.shape)}")
+        raise ValueError(
+            f"{name} must be a scalar or a [B] = [{batch_size}] tensor, "
+            f"got shape {list(value.shape)}"
+        )
     if value.device != device and value.device.type != "cpu":
         raise ValueError(f"{name} is on {value.device}, the logits on {device}")
     return value.to(device=device, dtype=dtype)
@@ -63,8 +66,9 @@ def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
         raise ValueError(f"{name} must be {rule}, got {value!r}")
 
 
-def normalize_params(temperature, top_k, top_p, batch_size: int,
-                     device: torch.device, check_values: bool = True) -> RowConstraints:
+def normalize_params(
+    temperature, top_k, top_p, batch_size: int, device: torch.device, check_values: bool = True
+) -> RowConstraints:
     """Validate temperature, top_k and top_p (scalars or [B] tensors) and make them [B] tensors.
 
     A None or 0 top_k scalar, and a None or 1.0 top_p scalar, become None: the filter is not
@@ -74,13 +78,15 @@ def normalize_params(temperature, top_k, top_p, batch_size: int,
         raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
     if isinstance(top_k, float) and not top_k.is_integer():
         raise ValueError(f"top_k must be an integer, got {top_k!r}")
-    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)",
-                 check_values)
+    _check_range(
+        "temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)", check_values
+    )
     if top_k is not None:
         _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)", check_values)
     if top_p is not None:
-        _check_range("top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)",
-                     check_values)
+        _check_range(
+            "top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)", check_values
+        )
 
     if top_k is not None and not isinstance(top_k, torch.Tensor) and top_k == 0:
         top_k = None
@@ -89,7 +95,8 @@ def normalize_params(temperature, top_k, top_p, batch_size: int,
     return RowConstraints(
         temperature=_per_row("temperature", temperature, batch_size, device, torch.float32),
         top_k=None if top_k is None else _per_row("top_k", top_k, batch_size, device, torch.int64),
-        top_p=None if top_p is None
+        top_p=None
+        if top_p is None
         else _per_row("top_p", top_p, batch_size, device, torch.float64),
     )
 
@@ -99,8 +106,9 @@ def _rows(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return values.view(-1, *([1] * (like.dim() - 1)))
 
 
-def _keep_threshold(scaled: torch.Tensor, top_k: torch.Tensor | None,
-                    top_p: torch.Tensor | None) -> torch.Tensor:
+def _keep_threshold(
+    scaled: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None
+) -> torch.Tensor:
     """The smallest kept logit of each row under top-k then top-p: shape [B, ..., 1]."""
     vocab_size = scaled.shape[-1]
     ranked = scaled.sort(dim=-1, descending=True).values
@@ -136,7 +144,8 @@ def filtered_logits(logits: torch.Tensor, constraints: RowConstraints) -> torch.
     # temperature is inf in float32; the largest finite float is as good a limit, and 0 * it is 0.
     temperature = constraints.temperature
     inverse_temperature = (1.0 / torch.where(temperature == 0, 1.0, temperature)).clamp(
-        max=torch.finfo(torch.float32).max)
+        max=torch.finfo(torch.float32).max
+    )
     logits = logits.float()
     scaled = (logits - logits.amax(dim=-1, keepdim=True)) * _rows(inverse_temperature, logits)
     if constraints.top_k is None and constraints.top_p is None:
@@ -162,8 +171,13 @@ def distribution(logits: torch.Tensor, constraints: RowConstraints) -> torch.Ten
     return torch.where(_rows(constraints.temperature == 0, probs), one_hot, probs)
 
 
-def _sample_core(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None,
-                 top_p: torch.Tensor | None, exponentials: torch.Tensor) -> SampleOutput:
+def _sample_core(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    exponentials: torch.Tensor,
+) -> SampleOutput:
     probs = distribution(logits, RowConstraints(temperature, top_k, top_p))
     return SampleOutput(race(probs, exponentials), probs)
 
@@ -183,9 +197,17 @@ torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit,
 _sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)
 
 
-def sample(logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None,
-           exponentials: torch.Tensor | None = None, generator: torch.Generator | None = None,
-           compiled: bool = True, check_values: bool = True) -> SampleOutput:
+def sample(
+    logits: torch.Tensor,
+    *,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    exponentials: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    compiled: bool = True,
+    check_values: bool = True,
+) -> SampleOutput:
     """Draw one token per row of ``logits`` [B, V] under temperature -> top-k -> top-p.
 
     Returns the token ids [B] and the float32 probabilities [B, V] they were drawn from (a
@@ -195,14 +217,17 @@ def sample(logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None,
     still checked): for a caller that validated them once, like the decode loop.
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        raise ValueError(f"logits must be a float [B, V] tensor, got "
-                         f"{getattr(logits, 'shape', type(logits))}")
+        raise ValueError(
+            f"logits must be a float [B, V] tensor, got {getattr(logits, 'shape', type(logits))}"
+        )
     batch_size, vocab_size = logits.shape
     params = normalize_params(temperature, top_k, top_p, batch_size, logits.device, check_values)
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, logits.device)
     elif exponentials.shape != logits.shape or exponentials.device != logits.device:
-        raise ValueError(f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
-                         f"got {list(exponentials.shape)} on {exponentials.device}")
+        raise ValueError(
+            f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
+            f"got {list(exponentials.shape)} on {exponentials.device}"
+        )
     core = _sample_compiled if compiled else _sample_core
     return core(logits, *params, exponentials.float())

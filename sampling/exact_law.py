@@ -68,15 +68,23 @@ def block(target: Table, draft: Table, drafts: tuple) -> Outcomes:
     max(p_tau Mb(. | X^tau) - Ms(. | X^tau), 0), or from Mb(. | X^L) if tau = L."""
     weights = block_weights(target, draft, drafts)
     lengths = last_passing(block_thresholds(target, draft, drafts, weights))
-    return [(lengths[t], residual(weights[t], target(drafts[:t]), draft(drafts[:t]))
-             if t < len(drafts) else list(target(drafts))) for t in range(len(drafts) + 1)]
+    return [
+        (
+            lengths[t],
+            residual(weights[t], target(drafts[:t]), draft(drafts[:t]))
+            if t < len(drafts)
+            else list(target(drafts)),
+        )
+        for t in range(len(drafts) + 1)
+    ]
 
 
 RULES = {"standard": token_wise, "block": block}
 
 
-def draft_blocks(draft: Table, num_drafts: int, vocab_size: int,
-                 stop: Callable[[tuple], bool] | None = None):
+def draft_blocks(
+    draft: Table, num_drafts: int, vocab_size: int, stop: Callable[[tuple], bool] | None = None
+):
     """Every draft block with positive probability, as (X^L, prod_i Ms(X_i | X^{i-1})). The
     drafter stops after L = the first length whose prefix satisfies ``stop``, or at K."""
     for block_ in product(range(vocab_size), repeat=num_drafts):
@@ -90,8 +98,14 @@ def draft_blocks(draft: Table, num_drafts: int, vocab_size: int,
             yield block_[:length], prob
 
 
-def round_law(target: Table, draft: Table, num_drafts: int, vocab_size: int,
-              rule: Callable = block, stop: Callable[[tuple], bool] | None = None) -> dict:
+def round_law(
+    target: Table,
+    draft: Table,
+    num_drafts: int,
+    vocab_size: int,
+    rule: Callable = block,
+    stop: Callable[[tuple], bool] | None = None,
+) -> dict:
     """P(the round emits exactly this tuple: the kept drafts, then Y), over all draft blocks."""
     law: dict = {}
     for drafts, prob in draft_blocks(draft, num_drafts, vocab_size, stop):

@@ -13,14 +13,16 @@ w_v / sum(w). That samples from w without normalising it (the Gumbel-max trick i
 import torch
 
 
-def draw_uniforms(shape: tuple[int, ...], generator: torch.Generator | None,
-                  device: torch.device) -> torch.Tensor:
+def draw_uniforms(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
     """U[0, 1) in float64, the acceptance draws u."""
     return torch.rand(shape, dtype=torch.float64, device=device, generator=generator)
 
 
-def draw_exponentials(shape: tuple[int, ...], generator: torch.Generator | None,
-                      device: torch.device) -> torch.Tensor:
+def draw_exponentials(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
     """Exp(1) noise in float32 for ``race``."""
     noise = torch.empty(shape, dtype=torch.float32, device=device)
     return noise.exponential_(generator=generator)

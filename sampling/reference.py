@@ -13,8 +13,9 @@ from sampling.constraints import normalize_params
 from sampling.rejection import PLACEHOLDER_TOKEN_ID, REJECTION_SAMPLE_METHODS, RejectionOutput
 
 
-def target_distribution(logits: torch.Tensor, temperature: float, top_k: int,
-                        top_p: float) -> torch.Tensor:
+def target_distribution(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
     """p for one position: float32 [V], after temperature -> top-k -> top-p. 0 means greedy."""
     if temperature == 0:
         p = torch.zeros(logits.shape, dtype=torch.float32)
@@ -50,8 +51,9 @@ def draw(weights: torch.Tensor, exponentials: torch.Tensor) -> int:
     return best_token
 
 
-def _block_length(p, q, drafts: list[int], uniforms: list[float],
-                  num_real: int) -> tuple[int, float]:
+def _block_length(
+    p, q, drafts: list[int], uniforms: list[float], num_real: int
+) -> tuple[int, float]:
     """Block verification for one request, position by position: tau and the weight p_tau.
 
     p(i) is the target's distribution after i drafts, q(i) the draft's; the comments use the
@@ -80,11 +82,19 @@ def _block_length(p, q, drafts: list[int], uniforms: list[float],
     return tau, weights[tau]
 
 
-def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
-                     draft_probs: torch.Tensor | None, *, temperature, top_k, top_p,
-                     uniforms: torch.Tensor, exponentials: torch.Tensor,
-                     method: str = "standard",
-                     num_draft_tokens: torch.Tensor | None = None) -> RejectionOutput:
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    *,
+    temperature,
+    top_k,
+    top_p,
+    uniforms: torch.Tensor,
+    exponentials: torch.Tensor,
+    method: str = "standard",
+    num_draft_tokens: torch.Tensor | None = None,
+) -> RejectionOutput:
     """Same contract as ``sampling.rejection_sample``, except the randomness must be given."""
     assert method in REJECTION_SAMPLE_METHODS
     batch_size, num_drafts = draft_token_ids.shape

@@ -42,8 +42,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from sampling.constraints import (COMPILE_OPTIONS, RowConstraints, filtered_logits,
-                                  log_normalizer, normalize_params)
+from sampling.constraints import (
+    COMPILE_OPTIONS,
+    RowConstraints,
+    filtered_logits,
+    log_normalizer,
+    normalize_params,
+)
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -53,7 +58,7 @@ REJECTION_SAMPLE_METHODS = ("standard", "block", "naive")
 
 
 class RejectionOutput(NamedTuple):
-    token_ids: torch.Tensor     # [B, K+1] int64: n_b accepted drafts, the corrective/bonus, then -1
+    token_ids: torch.Tensor  # [B, K+1] int64: n_b accepted drafts, the corrective/bonus, then -1
     num_accepted: torch.Tensor  # [B] int64: n_b
 
 
@@ -62,9 +67,15 @@ def _prefix_length(accepted: torch.Tensor) -> torch.Tensor:
     return accepted.long().cumprod(dim=-1).sum(dim=-1)
 
 
-def _block_length(p_x: torch.Tensor, q_x: torch.Tensor, target_probs: torch.Tensor,
-                  draft_probs: torch.Tensor, uniforms: torch.Tensor, real: torch.Tensor | None,
-                  last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _block_length(
+    p_x: torch.Tensor,
+    q_x: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    uniforms: torch.Tensor,
+    real: torch.Tensor | None,
+    last: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification's tau and p_tau per request (the rule of the module docstring).
 
     p_x, q_x [B, K]: Mb(X_i | X^{i-1}) and Ms(X_i | X^{i-1}); target_probs [B, K-1, V] and
@@ -85,8 +96,11 @@ def _block_length(p_x: torch.Tensor, q_x: torch.Tensor, target_probs: torch.Tens
 
     # r_i = sum_x max(p_i Mb(x | X^i) - Ms(x | X^i), 0) for i = 1..K-1: the one vocabulary-wide
     # reduction per drafted position that block verification adds.
-    mass = (weight[:, :-1, None] * target_probs.double()
-            - draft_probs[:, 1:].double()).clamp(min=0).sum(dim=-1)
+    mass = (
+        (weight[:, :-1, None] * target_probs.double() - draft_probs[:, 1:].double())
+        .clamp(min=0)
+        .sum(dim=-1)
+    )
     # At the last real draft h = p: written as r = p over a denominator of 1. (A missing draft
     # is a stop token that Ms always proposes and Mb never emits: its r is p exactly.)
     mass = torch.where(last, weight, F.pad(mass, (0, 1)))
@@ -103,11 +117,18 @@ def _block_length(p_x: torch.Tensor, q_x: torch.Tensor, target_probs: torch.Tens
     return tau, weight_at_tau
 
 
-def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
-                    draft_probs: torch.Tensor | None, temperature: torch.Tensor,
-                    top_k: torch.Tensor | None, top_p: torch.Tensor | None,
-                    uniforms: torch.Tensor, exponentials: torch.Tensor,
-                    num_draft_tokens: torch.Tensor | None, method: str) -> RejectionOutput:
+def _rejection_core(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    uniforms: torch.Tensor,
+    exponentials: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None,
+    method: str,
+) -> RejectionOutput:
     batch_size, num_drafts = draft_token_ids.shape
     rows = torch.arange(batch_size, device=target_logits.device)
     position = torch.arange(num_drafts, device=target_logits.device)
@@ -136,10 +157,14 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     log_norm = torch.cat([log_norm.squeeze(-1), row_max[:, num_drafts:]], dim=1)  # [B, K+1]
 
     # Step 1: the acceptance test, in float64.
-    p_x = (filtered[:, :num_drafts].gather(-1, x[..., None]).squeeze(-1)
-           - log_norm[:, :num_drafts]).exp()
-    q_x = (torch.ones_like(p_x) if draft_probs is None  # a one-hot draft: q(x) = 1
-           else draft_probs.gather(-1, x[..., None]).squeeze(-1).float())
+    p_x = (
+        filtered[:, :num_drafts].gather(-1, x[..., None]).squeeze(-1) - log_norm[:, :num_drafts]
+    ).exp()
+    q_x = (
+        torch.ones_like(p_x)
+        if draft_probs is None  # a one-hot draft: q(x) = 1
+        else draft_probs.gather(-1, x[..., None]).squeeze(-1).float()
+    )
     greedy_accepted = x == target_argmax[:, :num_drafts]
     if real is not None:
         greedy_accepted &= real
@@ -149,8 +174,9 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
         # a one-hot target, p_i is 1 while the drafts match the argmax and 0 after, so both
         # rules give the same n and the same argmax token.
         target_probs = (filtered[:, 1:num_drafts] - log_norm[:, 1:num_drafts, None]).exp()
-        tau, weight_at_tau = _block_length(p_x, q_x, target_probs, draft_probs, uniforms, real,
-                                           last)
+        tau, weight_at_tau = _block_length(
+            p_x, q_x, target_probs, draft_probs, uniforms, real, last
+        )
         num_accepted = torch.where(greedy, _prefix_length(greedy_accepted), tau)
     else:
         accepted = (p_x > 0) & (q_x > 0) & (p_x.double() >= uniforms * q_x.double())
@@ -189,9 +215,11 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     # Output: accepted drafts, then the corrective/bonus token at position n, then placeholders.
     position = torch.arange(num_drafts + 1, device=target_logits.device)
     drafts = F.pad(x, (0, 1), value=PLACEHOLDER_TOKEN_ID)
-    token_ids = torch.where(position < n[:, None], drafts,
-                            torch.where(position == n[:, None], token[:, None],
-                                        PLACEHOLDER_TOKEN_ID))
+    token_ids = torch.where(
+        position < n[:, None],
+        drafts,
+        torch.where(position == n[:, None], token[:, None], PLACEHOLDER_TOKEN_ID),
+    )
     return RejectionOutput(token_ids, num_accepted)
 
 
@@ -200,39 +228,66 @@ def _rejection_core(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
 _rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
 
 
-def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials,
-              num_draft_tokens, method: str, check_values: bool) -> None:
+def _validate(
+    target_logits,
+    draft_token_ids,
+    draft_probs,
+    uniforms,
+    exponentials,
+    num_draft_tokens,
+    method: str,
+    check_values: bool,
+) -> None:
     """Shape, dtype and device checks; host-side only, so they cost no device sync."""
     if method not in REJECTION_SAMPLE_METHODS:
         raise ValueError(f"method must be one of {REJECTION_SAMPLE_METHODS}, got {method!r}")
-    if (not isinstance(target_logits, torch.Tensor) or target_logits.dim() != 3
-            or not target_logits.is_floating_point()):
-        raise ValueError(f"target_logits must be a float [B, K+1, V] tensor, got "
-                         f"{getattr(target_logits, 'shape', type(target_logits))}")
-    if (not isinstance(draft_token_ids, torch.Tensor) or draft_token_ids.dim() != 2
-            or draft_token_ids.dtype != torch.int64):
-        raise ValueError(f"draft_token_ids must be an int64 [B, K] tensor, got "
-                         f"{getattr(draft_token_ids, 'dtype', type(draft_token_ids))} "
-                         f"{list(getattr(draft_token_ids, 'shape', []))}")
+    if (
+        not isinstance(target_logits, torch.Tensor)
+        or target_logits.dim() != 3
+        or not target_logits.is_floating_point()
+    ):
+        raise ValueError(
+            f"target_logits must be a float [B, K+1, V] tensor, got "
+            f"{getattr(target_logits, 'shape', type(target_logits))}"
+        )
+    if (
+        not isinstance(draft_token_ids, torch.Tensor)
+        or draft_token_ids.dim() != 2
+        or draft_token_ids.dtype != torch.int64
+    ):
+        raise ValueError(
+            f"draft_token_ids must be an int64 [B, K] tensor, got "
+            f"{getattr(draft_token_ids, 'dtype', type(draft_token_ids))} "
+            f"{list(getattr(draft_token_ids, 'shape', []))}"
+        )
     batch_size, num_drafts = draft_token_ids.shape
     _, rows, vocab_size = target_logits.shape
     device = target_logits.device
     if num_drafts < 1:
-        raise ValueError("draft_token_ids must have K >= 1 columns (num_speculative_tokens); "
-                         "for K = 0 use sampling.sample")
+        raise ValueError(
+            "draft_token_ids must have K >= 1 columns (num_speculative_tokens); "
+            "for K = 0 use sampling.sample"
+        )
     if target_logits.shape[0] != batch_size or rows != num_drafts + 1:
-        raise ValueError(f"target_logits must be [B, K+1, V] = [{batch_size}, {num_drafts + 1}, V] "
-                         f"for draft_token_ids [{batch_size}, {num_drafts}], "
-                         f"got {list(target_logits.shape)}")
+        raise ValueError(
+            f"target_logits must be [B, K+1, V] = [{batch_size}, {num_drafts + 1}, V] "
+            f"for draft_token_ids [{batch_size}, {num_drafts}], "
+            f"got {list(target_logits.shape)}"
+        )
     if draft_token_ids.device != device:
-        raise ValueError(f"draft_token_ids is on {draft_token_ids.device}, "
-                         f"target_logits on {device}")
+        raise ValueError(
+            f"draft_token_ids is on {draft_token_ids.device}, target_logits on {device}"
+        )
     if num_draft_tokens is not None and (
-            not isinstance(num_draft_tokens, torch.Tensor)
-            or num_draft_tokens.dtype != torch.int64 or num_draft_tokens.shape != (batch_size,)
-            or num_draft_tokens.device != device):
-        raise ValueError(f"num_draft_tokens must be an int64 [B] = [{batch_size}] tensor on "
-                         f"{device}, got {getattr(num_draft_tokens, 'dtype', num_draft_tokens)}")
+        not isinstance(num_draft_tokens, torch.Tensor)
+        or num_draft_tokens.dtype != torch.int64
+        or num_draft_tokens.shape != (batch_size,)
+        or num_draft_tokens.device != device
+    ):
+        raise ValueError(
+            f"num_draft_tokens must be an int64 [B] = [{batch_size}] tensor on "
+            f"{device}, got {getattr(num_draft_tokens, 'dtype', num_draft_tokens)}"
+        )
     # The range checks read values: free on the CPU, a device sync on an accelerator. There they
     # are skipped rather than made a torch._assert_async, whose failure is a device-side assert
     # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
@@ -247,28 +302,41 @@ def _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponential
         lowest, highest = torch.aminmax(ids)
         if lowest < 0 or highest >= vocab_size:
             raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {vocab_size})")
-    expected = {"draft_probs": (draft_probs, (batch_size, num_drafts, vocab_size)),
-                "uniforms": (uniforms, (batch_size, num_drafts)),
-                "exponentials": (exponentials, (batch_size, vocab_size))}
+    expected = {
+        "draft_probs": (draft_probs, (batch_size, num_drafts, vocab_size)),
+        "uniforms": (uniforms, (batch_size, num_drafts)),
+        "exponentials": (exponentials, (batch_size, vocab_size)),
+    }
     for name, (tensor, shape) in expected.items():
         if tensor is None:
             continue
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
-            raise ValueError(f"{name} must be a float tensor, got {type(tensor).__name__}"
-                             f" {getattr(tensor, 'dtype', '')}")
+            raise ValueError(
+                f"{name} must be a float tensor, got {type(tensor).__name__}"
+                f" {getattr(tensor, 'dtype', '')}"
+            )
         if tuple(tensor.shape) != shape:
             raise ValueError(f"{name} must have shape {list(shape)}, got {list(tensor.shape)}")
         if tensor.device != device:
             raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
 
 
-def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
-                     draft_probs: torch.Tensor | None = None, *, temperature=1.0, top_k=None,
-                     top_p=None, uniforms: torch.Tensor | None = None,
-                     exponentials: torch.Tensor | None = None,
-                     generator: torch.Generator | None = None, method: str = "standard",
-                     compiled: bool = True, check_values: bool = True,
-                     num_draft_tokens: torch.Tensor | None = None) -> RejectionOutput:
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    *,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    uniforms: torch.Tensor | None = None,
+    exponentials: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    method: str = "standard",
+    compiled: bool = True,
+    check_values: bool = True,
+    num_draft_tokens: torch.Tensor | None = None,
+) -> RejectionOutput:
     """Verify K drafts per request against the target; see the module docstring for the rule.
 
     target_logits [B, K+1, V] (raw), draft_token_ids int64 [B, K], draft_probs [B, K, V] exactly
@@ -283,13 +351,22 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     validated them once, like the decode loop, whose ids come from an argmax or a sample over
     the same V. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
-    _validate(target_logits, draft_token_ids, draft_probs, uniforms, exponentials,
-              num_draft_tokens, method, check_values)
+    _validate(
+        target_logits,
+        draft_token_ids,
+        draft_probs,
+        uniforms,
+        exponentials,
+        num_draft_tokens,
+        method,
+        check_values,
+    )
     batch_size, num_drafts = draft_token_ids.shape
     vocab_size = target_logits.shape[-1]
     device = target_logits.device
-    if method == "block" and (draft_probs is None or (not isinstance(temperature, torch.Tensor)
-                                                      and temperature == 0)):
+    if method == "block" and (
+        draft_probs is None or (not isinstance(temperature, torch.Tensor) and temperature == 0)
+    ):
         # One-hot drafts and greedy targets: block verification accepts exactly as the
         # token-wise rule does (its p_i is then the product of per-token acceptances), so the
         # token-wise rule serves, without block's extra reductions.
@@ -300,5 +377,13 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: torch.Tensor,
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, device)
     core = _rejection_compiled if compiled else _rejection_core
-    return core(target_logits, draft_token_ids, draft_probs, *params, uniforms.double(),
-                exponentials.float(), num_draft_tokens, method)
+    return core(
+        target_logits,
+        draft_token_ids,
+        draft_probs,
+        *params,
+        uniforms.double(),
+        exponentials.float(),
+        num_draft_tokens,
+        method,
+    )

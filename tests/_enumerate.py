@@ -6,6 +6,7 @@ normalize_params), so "the target distribution under temperature -> top-k -> top
 same thing here as in the sampler; what is independent of the loop is everything else: no KV
 cache, no drafts, no batching, no rejection rule - one full causal forward per prefix.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,14 +31,28 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def random_gpt(vocab_size: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float32,
-               max_seq_len: int = 16, d_model: int = 16, n_layer: int = 1, cls: type[GPT] = GPT) -> GPT:
+def random_gpt(
+    vocab_size: int,
+    seed: int,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+    max_seq_len: int = 16,
+    d_model: int = 16,
+    n_layer: int = 1,
+    cls: type[GPT] = GPT,
+) -> GPT:
     """A tiny GPT with weights ~ N(0, scale^2 / fan_in): logits have a standard deviation of
     about `scale`, so scale 1.5 already gives the peaky conditionals that make a biased sampler
     visible (the training init, std 0.02, gives near-uniform ones under which almost any rule
     looks right)."""
-    config = GPTConfig(vocab_size=vocab_size, n_layer=n_layer, n_head=2, d_model=d_model,
-                       mlp_hidden=2 * d_model, max_seq_len=max_seq_len)
+    config = GPTConfig(
+        vocab_size=vocab_size,
+        n_layer=n_layer,
+        n_head=2,
+        d_model=d_model,
+        mlp_hidden=2 * d_model,
+        max_seq_len=max_seq_len,
+    )
     model = cls(config)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -57,7 +72,7 @@ def perturbed_copy(model: GPT, seed: int, mix: float) -> GPT:
         for p in draft.parameters():
             if p.dim() >= 2:
                 noise = torch.randn(p.shape, generator=generator, dtype=p.dtype) * p.std()
-                p.mul_((1 - mix ** 2) ** 0.5).add_(mix * noise)
+                p.mul_((1 - mix**2) ** 0.5).add_(mix * noise)
     return draft
 
 
@@ -70,19 +85,29 @@ def full_logits(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
     return fresh(tokens)
 
 
-def target_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+def target_probs(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
     """p [N, V] in float64 for logits [N, V]: one-hot at the first argmax when temperature is
     0, else the softmax of sampling.constraints.filtered_logits."""
     n = logits.shape[0]
-    filtered = filtered_logits(logits, normalize_params(temperature, top_k, top_p, n, logits.device))
+    filtered = filtered_logits(
+        logits, normalize_params(temperature, top_k, top_p, n, logits.device)
+    )
     if temperature == 0:
         return torch.nn.functional.one_hot(filtered.argmax(-1), logits.shape[-1]).double()
     return filtered.double().softmax(-1)
 
 
 @torch.no_grad()
-def sequence_law(model: GPT, prompt: list[int], new_tokens: int, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0) -> dict[tuple[int, ...], float]:
+def sequence_law(
+    model: GPT,
+    prompt: list[int],
+    new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> dict[tuple[int, ...], float]:
     """P(x_1..x_n | prompt) = prod_i p(x_i | prompt, x_<i) for every continuation of length n
     with nonzero probability (the vocabulary must not contain EOS, so every row runs n tokens).
     One batched full forward per depth over all live prefixes: at V = 8, n = 4 that is at most
@@ -96,11 +121,12 @@ def sequence_law(model: GPT, prompt: list[int], new_tokens: int, temperature: fl
         prefixes = torch.cat([prefixes[rows], tokens[:, None]], 1)
         probs = joint[rows, tokens]
     assert abs(float(probs.sum()) - 1) < 1e-9
-    return {tuple(seq[len(prompt):]): prob for seq, prob in zip(prefixes.tolist(), probs.tolist())}
+    return {tuple(seq[len(prompt) :]): prob for seq, prob in zip(prefixes.tolist(), probs.tolist())}
 
 
-def chi_square(counts: Counter, law: dict[tuple[int, ...], float],
-               min_expected: float = 20.0) -> tuple[float, int]:
+def chi_square(
+    counts: Counter, law: dict[tuple[int, ...], float], min_expected: float = 20.0
+) -> tuple[float, int]:
     """Pearson's statistic and degrees of freedom for observed sequence `counts` against `law`.
 
     Cells whose expectation is below `min_expected` are pooled, smallest first, until the pool
@@ -129,10 +155,14 @@ def chi_square(counts: Counter, law: dict[tuple[int, ...], float],
 
 
 def chi_square_sf(stat: float, df: int) -> float:
-    """P(X >= stat) for X ~ chi-square(df): the regularised upper incomplete gamma Q(df/2, stat/2)."""
+    """P(X >= stat) for X ~ chi-square(df): the regularised upper incomplete gamma
+    Q(df/2, stat/2)."""
     if df <= 0:
         return 1.0 if stat == 0 else 0.0
     if math.isinf(stat):
         return 0.0
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)
+        )
+    )

@@ -60,8 +60,9 @@ class FrequencyCheck:
         return bad
 
 
-def constrained_probs(p_raw, temperature: float = 1.0, top_k: int = 0,
-                      top_p: float = 1.0) -> np.ndarray:
+def constrained_probs(
+    p_raw, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> np.ndarray:
     """The target distribution after temperature -> top-k -> top-p, in float64 numpy, written
     independently of sampling/: p_raw are probabilities (logits = log p_raw); top-k keeps every
     logit >= the k-th largest, top-p the logits >= the last of the shortest top prefix whose
@@ -94,8 +95,8 @@ def as_logits(probs) -> torch.Tensor:
 # one of two shapes that the statistical tests compile anyway: extra rows repeat row 0 and are
 # cut off again; extra vocabulary entries get logit -inf and draft probability 0, so they are
 # never drawn and change nothing.
-SMALL = dict(rows=1 << 17, drafts=3, vocab=19)      # [B, K, V] of the many-case batches
-LARGE = dict(rows=1024, drafts=1, vocab=32000)      # the large-vocabulary case
+SMALL = dict(rows=1 << 17, drafts=3, vocab=19)  # [B, K, V] of the many-case batches
+LARGE = dict(rows=1024, drafts=1, vocab=32000)  # the large-vocabulary case
 
 
 def shared_shape(num_drafts: int, vocab_size: int) -> dict | None:
@@ -105,9 +106,18 @@ def shared_shape(num_drafts: int, vocab_size: int) -> dict | None:
     return None
 
 
-def pad_to_shape(shape: dict, target_logits, draft_token_ids, draft_probs, uniforms,
-                 exponentials, temperature=1.0, top_k=None, top_p=None,
-                 num_draft_tokens=None) -> dict:
+def pad_to_shape(
+    shape: dict,
+    target_logits,
+    draft_token_ids,
+    draft_probs,
+    uniforms,
+    exponentials,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    num_draft_tokens=None,
+) -> dict:
     """The rejection_sample arguments of a small problem, padded to ``shape``. When any filter
     is on, both become [B] tensors (0 and 1.0 meaning off), so one filtering graph serves all."""
     batch_size = draft_token_ids.shape[0]
@@ -132,28 +142,50 @@ def pad_to_shape(shape: dict, target_logits, draft_token_ids, draft_probs, unifo
         draft_probs=None if draft_probs is None else rows(pad(draft_probs, (0, extra_vocab))),
         uniforms=rows(uniforms),
         exponentials=rows(pad(exponentials, (0, extra_vocab), value=1.0)),
-        temperature=rows(temperature), top_k=rows(top_k), top_p=rows(top_p),
-        num_draft_tokens=rows(num_draft_tokens))
+        temperature=rows(temperature),
+        top_k=rows(top_k),
+        top_p=rows(top_p),
+        num_draft_tokens=rows(num_draft_tokens),
+    )
 
 
-def all_implementations(target_logits, draft_token_ids, draft_probs=None, *, uniforms,
-                        exponentials, temperature=1.0, top_k=None, top_p=None,
-                        method="standard", num_draft_tokens=None) -> sampling.RejectionOutput:
+def all_implementations(
+    target_logits,
+    draft_token_ids,
+    draft_probs=None,
+    *,
+    uniforms,
+    exponentials,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    method="standard",
+    num_draft_tokens=None,
+) -> sampling.RejectionOutput:
     """Run the compiled sampler (padded to a shared shape), the same code eagerly and the
     plain reference; assert that all three agree exactly and return the result."""
-    kwargs = dict(uniforms=uniforms, exponentials=exponentials, temperature=temperature,
-                  top_k=top_k, top_p=top_p, num_draft_tokens=num_draft_tokens)
+    kwargs = dict(
+        uniforms=uniforms,
+        exponentials=exponentials,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        num_draft_tokens=num_draft_tokens,
+    )
     batch_size, num_drafts = draft_token_ids.shape
     shape = shared_shape(num_drafts, target_logits.shape[-1])
     assert shape is not None, "pick K and V to fit a shared shape, or compile a new graph"
     padded = pad_to_shape(shape, target_logits, draft_token_ids, draft_probs, **kwargs)
     compiled = sampling.rejection_sample(**padded, method=method)
-    compiled = sampling.RejectionOutput(compiled.token_ids[:batch_size],
-                                        compiled.num_accepted[:batch_size])
-    eager = sampling.rejection_sample(target_logits, draft_token_ids, draft_probs,
-                                      method=method, compiled=False, **kwargs)
-    plain = reference.rejection_sample(target_logits, draft_token_ids, draft_probs,
-                                       method=method, **kwargs)
+    compiled = sampling.RejectionOutput(
+        compiled.token_ids[:batch_size], compiled.num_accepted[:batch_size]
+    )
+    eager = sampling.rejection_sample(
+        target_logits, draft_token_ids, draft_probs, method=method, compiled=False, **kwargs
+    )
+    plain = reference.rejection_sample(
+        target_logits, draft_token_ids, draft_probs, method=method, **kwargs
+    )
     for name, out in [("eager", eager), ("plain", plain)]:
         assert torch.equal(compiled.token_ids, out.token_ids), f"compiled != {name}"
         assert torch.equal(compiled.num_accepted, out.num_accepted), f"compiled != {name}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
+
 from minispec.adaptive import (
     AdaptiveConfig,
     RoundTimes,

@@ -10,6 +10,7 @@ ValueError (wrong value) that names it, and everything else decodes.
   The fuzz can fail: a probe with the old checks (bool accepted as an int, a str temperature
   compared with 0) ends in AttributeError or a comparison's TypeError that names nothing.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,21 +19,31 @@ from functools import cache
 
 import pytest
 import torch
+from _enumerate import one_thread, random_gpt  # noqa: F401 (one_thread: a fixture)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import minispec
-from _enumerate import one_thread, random_gpt  # noqa: F401 (one_thread: a fixture)
 from minispec.decode import SpeculativeDecoder
-from minispec.params import (DRAFT_SAMPLE_METHODS, MAX_SPECULATIVE_TOKENS, SamplingParams,
-                             SpeculativeConfig, row_constraints)
+from minispec.params import (
+    DRAFT_SAMPLE_METHODS,
+    MAX_SPECULATIVE_TOKENS,
+    SamplingParams,
+    SpeculativeConfig,
+    row_constraints,
+)
 from model import tokenizer
 from sampling import PLACEHOLDER_TOKEN_ID, REJECTION_SAMPLE_METHODS, rejection_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-FUZZ = settings(derandomize=True, deadline=None, max_examples=int(os.environ.get("FUZZ_EXAMPLES", 120)), database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    derandomize=True,
+    deadline=None,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", 120)),
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 CONTEXT = 64
 
 
@@ -86,8 +97,7 @@ MISUSES = [
 
 
 @pytest.mark.parametrize("kwargs,error,name", MISUSES)
-def test_each_misuse_is_one_error_naming_the_argument(kwargs: dict, error: type,
-                                                      name: str) -> None:
+def test_each_misuse_is_one_error_naming_the_argument(kwargs: dict, error: type, name: str) -> None:
     kwargs = {"prompts": ["hi"], "decoder": decoder(), "max_new_tokens": 2, **kwargs}
     with pytest.raises(error) as info:
         minispec.generate(kwargs.pop("prompts"), **kwargs)
@@ -96,20 +106,33 @@ def test_each_misuse_is_one_error_naming_the_argument(kwargs: dict, error: type,
 
 def test_numpy_and_other_number_types_are_accepted() -> None:
     np = pytest.importorskip("numpy")
-    out = minispec.generate(["hi"], decoder=decoder(), temperature=np.float32(0.5),
-                            top_k=np.int64(5), seed=np.int64(3), max_new_tokens=np.int64(2),
-                            num_speculative_tokens=np.int64(1))
+    out = minispec.generate(
+        ["hi"],
+        decoder=decoder(),
+        temperature=np.float32(0.5),
+        top_k=np.int64(5),
+        seed=np.int64(3),
+        max_new_tokens=np.int64(2),
+        num_speculative_tokens=np.int64(1),
+    )
     assert 1 <= len(out.token_ids[0]) <= 2
 
 
 # ---- the fuzz ---------------------------------------------------------------------------------
 
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
-    st.text(max_size=3), st.binary(max_size=3), st.just("\ud800"), st.just(object()),
-    st.lists(st.integers(-3, 300), max_size=3), st.dictionaries(st.text(max_size=2), st.integers(),
-                                                               max_size=1),
-    st.just(SamplingParams()), st.builds(torch.zeros, st.integers(0, 3)),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.just("\ud800"),
+    st.just(object()),
+    st.lists(st.integers(-3, 300), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
+    st.just(SamplingParams()),
+    st.builds(torch.zeros, st.integers(0, 3)),
 )
 TEMPERATURES = st.one_of(st.floats(0, 4), st.sampled_from([0, 0.0, 1e-39, 1e30, 2]))
 SAMPLING = {
@@ -149,8 +172,13 @@ def no_nan(value) -> bool:
 def test_fuzz_generate(data: st.DataObject) -> None:
     prompts = st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=3)
     with_params = data.draw(st.booleans(), label="with params")
-    valid = {"prompts": prompts, **SAMPLING, **SPECULATIVE,
-             "on_tokens": st.sampled_from([None, "collect"]), "decoder": st.just(decoder())}
+    valid = {
+        "prompts": prompts,
+        **SAMPLING,
+        **SPECULATIVE,
+        "on_tokens": st.sampled_from([None, "collect"]),
+        "decoder": st.just(decoder()),
+    }
     if with_params:
         params = st.builds(SamplingParams, **SAMPLING)
         valid["params"] = st.lists(params, min_size=1, max_size=3)
@@ -158,7 +186,7 @@ def test_fuzz_generate(data: st.DataObject) -> None:
     if kwargs["decoder"] is None:  # the default: the shipped pair, compiled (minutes)
         kwargs["decoder"] = decoder()
     if with_params and isinstance(kwargs["prompts"], list) and isinstance(kwargs["params"], list):
-        kwargs["params"] = kwargs["params"][:len(kwargs["prompts"])]  # mostly one per prompt
+        kwargs["params"] = kwargs["params"][: len(kwargs["prompts"])]  # mostly one per prompt
     streamed: dict[int, list[int]] = {}
     if kwargs["on_tokens"] == "collect":
         kwargs["on_tokens"] = lambda row, ids, origins: streamed.setdefault(row, []).extend(ids)
@@ -168,8 +196,9 @@ def test_fuzz_generate(data: st.DataObject) -> None:
     except Exception as exc:  # noqa: BLE001 - the property is about which exceptions
         expect_clear_error(exc, [*valid, "prompt", "context"])
         return
-    params = kwargs.get("params") or [SamplingParams(max_new_tokens=kwargs["max_new_tokens"])
-                                      for _ in prompts]
+    params = kwargs.get("params") or [
+        SamplingParams(max_new_tokens=kwargs["max_new_tokens"]) for _ in prompts
+    ]
     assert len(out.texts) == len(out.token_ids) == len(prompts)
     for i, ids in enumerate(out.token_ids):
         assert 1 <= len(ids) <= params[i].max_new_tokens
@@ -215,23 +244,42 @@ def sampler_arguments(draw: st.DrawFn) -> dict:
     seed = draw(st.integers(0, 2**16))
     g = torch.Generator().manual_seed(seed)
     edge = lambda shape, values, dtype: torch.tensor(values, dtype=dtype)[  # noqa: E731
-        torch.randint(len(values), shape, generator=g)]
+        torch.randint(len(values), shape, generator=g)
+    ]
     per_row = lambda scalar, tensor: st.one_of(scalar, st.just(tensor))  # noqa: E731
     valid = {
-        "target_logits": st.sampled_from([torch.randn(b, k + 1, v, generator=g) * 3,
-                                          torch.randn(b, k + 1, v, generator=g).double()]),
+        "target_logits": st.sampled_from(
+            [
+                torch.randn(b, k + 1, v, generator=g) * 3,
+                torch.randn(b, k + 1, v, generator=g).double(),
+            ]
+        ),
         "draft_token_ids": st.just(torch.randint(v, (b, k), generator=g)),
-        "draft_probs": st.sampled_from([None, torch.softmax(
-            torch.randn(b, k, v, generator=g) * 3, -1)]),
+        "draft_probs": st.sampled_from(
+            [None, torch.softmax(torch.randn(b, k, v, generator=g) * 3, -1)]
+        ),
         "temperature": per_row(TEMPERATURES, torch.rand(b, generator=g) * 2),
-        "top_k": per_row(st.one_of(st.none(), st.integers(0, 8)),
-                         torch.randint(v + 1, (b,), generator=g)),
-        "top_p": per_row(st.one_of(st.none(), st.floats(0, 1, exclude_min=True)),
-                         torch.rand(b, generator=g, dtype=torch.float64).clamp(min=0.05)),
-        "uniforms": st.sampled_from([None, torch.rand(b, k, generator=g, dtype=torch.float64),
-                                     edge((b, k), [0.0, 1.0, 0.5], torch.float64)]),
-        "exponentials": st.sampled_from([None, edge((b, v), [0.0, math.inf, 1.0], torch.float32),
-                                         torch.empty(b, v).exponential_(generator=g)]),
+        "top_k": per_row(
+            st.one_of(st.none(), st.integers(0, 8)), torch.randint(v + 1, (b,), generator=g)
+        ),
+        "top_p": per_row(
+            st.one_of(st.none(), st.floats(0, 1, exclude_min=True)),
+            torch.rand(b, generator=g, dtype=torch.float64).clamp(min=0.05),
+        ),
+        "uniforms": st.sampled_from(
+            [
+                None,
+                torch.rand(b, k, generator=g, dtype=torch.float64),
+                edge((b, k), [0.0, 1.0, 0.5], torch.float64),
+            ]
+        ),
+        "exponentials": st.sampled_from(
+            [
+                None,
+                edge((b, v), [0.0, math.inf, 1.0], torch.float32),
+                torch.empty(b, v).exponential_(generator=g),
+            ]
+        ),
         "generator": st.sampled_from([None, torch.Generator().manual_seed(seed)]),
         "method": st.sampled_from(REJECTION_SAMPLE_METHODS),
         "num_draft_tokens": st.sampled_from([None, torch.randint(k + 1, (b,), generator=g)]),
@@ -254,5 +302,5 @@ def test_fuzz_rejection_sample(kwargs: dict) -> None:
     limit = kwargs["num_draft_tokens"] if kwargs["num_draft_tokens"] is not None else k
     assert ((0 <= out.num_accepted) & (out.num_accepted <= limit)).all()
     for row, n in zip(out.token_ids.tolist(), out.num_accepted.tolist()):
-        assert all(0 <= t < v for t in row[:n + 1])
-        assert all(t == PLACEHOLDER_TOKEN_ID for t in row[n + 1:])
+        assert all(0 <= t < v for t in row[: n + 1])
+        assert all(t == PLACEHOLDER_TOKEN_ID for t in row[n + 1 :])

@@ -6,6 +6,7 @@
 - `decode --target DIR --draft DIR` with a folder's own (non-byte) tokenizer encodes the
   prompt and decodes the output with it, streamed text equal to the --json text.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _enumerate import one_thread, random_gpt  # noqa: F401 (one_thread: a fixture)
 
 import minispec
-from _enumerate import one_thread, random_gpt  # noqa: F401 (one_thread: a fixture)
 from minispec.api import load_decoder
 from minispec.commands.cli import main
 from minispec.decode import SpeculativeDecoder
@@ -35,8 +36,9 @@ def test_full_forward_after_generate_ignores_the_cache() -> None:
     target, draft = random_gpt(64, seed=0, max_seq_len=32), random_gpt(64, seed=1, max_seq_len=32)
     fresh = copy.deepcopy(target)
     params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=6) for i in range(2)]
-    SpeculativeDecoder(target, draft, compile=False).generate([PROMPT, PROMPT[:2]], params,
-                                                              SpeculativeConfig(3))
+    SpeculativeDecoder(target, draft, compile=False).generate(
+        [PROMPT, PROMPT[:2]], params, SpeculativeConfig(3)
+    )
     assert target.blocks[0].attn.kv_cache is not None  # the decoder keeps it for its next call
     tokens = torch.randint(64, (3, 20), generator=torch.Generator().manual_seed(0))  # B != 2
     with torch.no_grad():
@@ -68,12 +70,18 @@ def test_decoder_stops_at_the_targets_eos(tmp_path: Path) -> None:
     assert len(free) == 12
     stop = free[4]
     end = free.index(stop) + 1  # the first time the target emits it
-    cases = {"config": (stop, None, False), "list": ([stop, 1], None, True),
-             "generation config first": (63 - stop, [stop, 1], True)}
+    cases = {
+        "config": (stop, None, False),
+        "list": ([stop, 1], None, True),
+        "generation config first": (63 - stop, [stop, 1], True),
+    }
     for name, (config_eos, generation_eos, several) in cases.items():
         folder = folder_with_eos(tmp_path / name, model, config_eos, generation_eos)
-        with pytest.warns(UserWarning, match="stops only at the first") if several \
-                else contextlib.nullcontext():
+        with (
+            pytest.warns(UserWarning, match="stops only at the first")
+            if several
+            else contextlib.nullcontext()
+        ):
             decoder = load_decoder(folder, folder, compile=False)
         assert decoder.eos_token_id == stop, name
         assert greedy(decoder) == free[:end], name
@@ -91,30 +99,51 @@ def bpe_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from model.hf_tokenizer import byte_to_char
 
     table = byte_to_char()
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE(
-        vocab={**{c: b for b, c in table.items()}, "ab": 256}, merges=[("a", "b")]))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                            use_regex=False)
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.BPE(
+            vocab={**{c: b for b, c in table.items()}, "ab": 256}, merges=[("a", "b")]
+        )
+    )
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    tok.add_special_tokens([tokenizers.AddedToken("<s>", special=True),
-                            tokenizers.AddedToken("</s>", special=True)])
+    tok.add_special_tokens(
+        [tokenizers.AddedToken("<s>", special=True), tokenizers.AddedToken("</s>", special=True)]
+    )
     tok.post_processor = tokenizers.processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", BOS)])
-    folder = folder_with_eos(tmp_path_factory.mktemp("bpe") / "pair",
-                             random_gpt(VOCAB, seed=3, max_seq_len=64), EOS)
+        single="<s> $A", special_tokens=[("<s>", BOS)]
+    )
+    folder = folder_with_eos(
+        tmp_path_factory.mktemp("bpe") / "pair", random_gpt(VOCAB, seed=3, max_seq_len=64), EOS
+    )
     tok.save(str(folder / "tokenizer.json"))
     return folder
 
 
-def test_cli_decodes_with_the_folders_tokenizer(bpe_folder: Path,
-                                                capsys: pytest.CaptureFixture) -> None:
+def test_cli_decodes_with_the_folders_tokenizer(
+    bpe_folder: Path, capsys: pytest.CaptureFixture
+) -> None:
     from model.hf_tokenizer import load_tokenizer
 
     tok = load_tokenizer(bpe_folder)
     prompt = "ab, naïve"
-    argv = ["decode", "--target", str(bpe_folder), "--draft", str(bpe_folder), "--prompt", prompt,
-            "--no-compile", "-k", "2", "--temperature", "1", "--seed", "3",
-            "--max-new-tokens", "24"]
+    argv = [
+        "decode",
+        "--target",
+        str(bpe_folder),
+        "--draft",
+        str(bpe_folder),
+        "--prompt",
+        prompt,
+        "--no-compile",
+        "-k",
+        "2",
+        "--temperature",
+        "1",
+        "--seed",
+        "3",
+        "--max-new-tokens",
+        "24",
+    ]
     assert main([*argv, "--json"]) == 0
     request = json.loads(capsys.readouterr().out)["requests"][0]
     ids = request["token_ids"]
@@ -124,6 +153,13 @@ def test_cli_decodes_with_the_folders_tokenizer(bpe_folder: Path,
     # The prompt went through the folder's tokenizer ("ab" is one token there, two bytes in
     # minispec's): the API given that tokenizer decodes the same tokens.
     decoder = load_decoder(str(bpe_folder), str(bpe_folder), "cpu", False)
-    out = minispec.generate([prompt], decoder=decoder, tokenizer=tok, temperature=1.0, seed=3,
-                            max_new_tokens=24, num_speculative_tokens=2)
+    out = minispec.generate(
+        [prompt],
+        decoder=decoder,
+        tokenizer=tok,
+        temperature=1.0,
+        seed=3,
+        max_new_tokens=24,
+        num_speculative_tokens=2,
+    )
     assert out.token_ids[0] == ids and tok.encode(prompt)[:2] == [BOS, 256]

@@ -1,4 +1,5 @@
-"""Safetensors checkpoints: bit-exact round trips, one clear error per kind of bad file, atomic writes."""
+"""Safetensors checkpoints: bit-exact round trips, one clear error per bad file, atomic writes."""
+
 from __future__ import annotations
 
 import builtins
@@ -16,8 +17,14 @@ import torch
 from safetensors.torch import save as save_bytes
 
 from model import checkpoint
-from model.checkpoint import (CheckpointError, load_checkpoint, load_pair, read_checkpoint, save_checkpoint,
-                              tensor_digest)
+from model.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_pair,
+    read_checkpoint,
+    save_checkpoint,
+    tensor_digest,
+)
 from model.config import GPTConfig
 from model.gpt import GPT
 
@@ -53,6 +60,7 @@ def expect_error(path: Path, *fragments: str) -> str:
 
 # ---- round trips --------------------------------------------------------------------------------
 
+
 def test_float32_round_trip_is_bit_exact(saved: Path) -> None:
     original = make_model()
     loaded, meta = load_checkpoint(saved)
@@ -85,9 +93,13 @@ def test_float16_export_round_trip_is_bit_exact(tmp_path: Path) -> None:
 def test_saving_keeps_out_the_cache_and_the_compile_wrapper(tmp_path: Path) -> None:
     model = make_model()
     model.setup_cache(3)  # non-persistent buffers: not part of the checkpoint
-    save_checkpoint(tmp_path / "a.safetensors", torch.compile(model))  # wrapper keys are `_orig_mod.*`
+    save_checkpoint(
+        tmp_path / "a.safetensors", torch.compile(model)
+    )  # wrapper keys are `_orig_mod.*`
     loaded, _ = load_checkpoint(tmp_path / "a.safetensors")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values())
+    )
 
 
 def test_extra_tensors_are_stored_but_not_loaded_as_weights(tmp_path: Path) -> None:
@@ -101,16 +113,20 @@ def test_extra_tensors_are_stored_but_not_loaded_as_weights(tmp_path: Path) -> N
 
 # ---- one clear error per kind of bad file -------------------------------------------------------
 
+
 def test_missing_file(tmp_path: Path) -> None:
     expect_error(tmp_path / "nope.safetensors", "not found")
 
 
-@pytest.mark.parametrize("content", [
-    random.Random(0).randbytes(4096),
-    b"def f(x):\n    return x\n" * 20,
-    b"",
-    b"{}",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        random.Random(0).randbytes(4096),
+        b"def f(x):\n    return x\n" * 20,
+        b"",
+        b"{}",
+    ],
+)
 def test_not_safetensors(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "model.safetensors"
     path.write_bytes(content)
@@ -123,10 +139,12 @@ def test_safetensors_but_not_a_minispec_checkpoint(tmp_path: Path) -> None:
     expect_error(path, "not a minispec checkpoint")
 
 
-@pytest.mark.parametrize("keep", [0.5, 0.999, 0.02])  # cut in the tensor data, at its very end, in the header
+@pytest.mark.parametrize(
+    "keep", [0.5, 0.999, 0.02]
+)  # cut in the tensor data, at its very end, in the header
 def test_truncated_file(saved: Path, keep: float) -> None:
     data = saved.read_bytes()
-    saved.write_bytes(data[:int(len(data) * keep)])
+    saved.write_bytes(data[: int(len(data) * keep)])
     expect_error(saved, "truncated")
 
 
@@ -158,17 +176,20 @@ def test_shape_mismatch(saved: Path) -> None:
     expect_error(saved, "shape mismatch for blocks.0.mlp.up.weight", "(96, 32)", "(64, 32)")
 
 
-@pytest.mark.parametrize("config", [
-    "{not json",
-    "",
-    "[2, 2, 32]",
-    '{"n_layer": 2, "no_such_field": 1}',
-    '{"n_layer": "two"}',
-    '{"n_layer": true}',
-    '{"d_model": 30, "n_head": 4}',
-    '{"rope_theta": "fast"}',
-    '{"norm_eps": -1e-5}',
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "{not json",
+        "",
+        "[2, 2, 32]",
+        '{"n_layer": 2, "no_such_field": 1}',
+        '{"n_layer": "two"}',
+        '{"n_layer": true}',
+        '{"d_model": 30, "n_head": 4}',
+        '{"rope_theta": "fast"}',
+        '{"norm_eps": -1e-5}',
+    ],
+)
 def test_config_that_does_not_parse(saved: Path, config: str) -> None:
     tensors, meta = read_checkpoint(saved)
     rewrite(saved, tensors, {**meta, "config": config})
@@ -180,6 +201,7 @@ def test_every_checkpoint_error_is_a_value_error() -> None:
 
 
 # ---- pairs --------------------------------------------------------------------------------------
+
 
 def test_load_pair(tmp_path: Path) -> None:
     draft_config = GPTConfig(n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
@@ -203,13 +225,17 @@ def test_a_swapped_pair_gets_a_warning(tmp_path: Path, why: str) -> None:
     big = GPTConfig(n_layer=3, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=32)
     target_role, draft_role = ("target", "draft") if why == "sizes" else ("draft", "target")
     save_checkpoint(tmp_path / "t.safetensors", make_model(), {"role": target_role})
-    save_checkpoint(tmp_path / "d.safetensors", make_model(big if why == "sizes" else SMALL),
-                    {"role": draft_role})
+    save_checkpoint(
+        tmp_path / "d.safetensors",
+        make_model(big if why == "sizes" else SMALL),
+        {"role": draft_role},
+    )
     with pytest.warns(UserWarning, match=r"d\.safetensors .* like a target .* are they swapped\?"):
         load_pair(tmp_path / "t.safetensors", tmp_path / "d.safetensors")
 
 
 # ---- crafted files: each one clear error (issue 13) ---------------------------------------------
+
 
 def test_deeply_nested_header_json(tmp_path: Path) -> None:
     header = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
@@ -232,8 +258,9 @@ def test_metadata_without_a_required_key(saved: Path, key: str) -> None:
     expect_error(saved, f"incomplete metadata (no {key})")
 
 
-@pytest.mark.parametrize("field, value",
-                         [("vocab_size", 10**12), ("max_seq_len", 10**12), ("n_layer", 10**9)])
+@pytest.mark.parametrize(
+    "field, value", [("vocab_size", 10**12), ("max_seq_len", 10**12), ("n_layer", 10**9)]
+)
 def test_huge_config_fails_before_allocating(saved: Path, field: str, value: int) -> None:
     tensors, meta = read_checkpoint(saved)
     config = {**json.loads(meta["config"]), field: value}
@@ -263,8 +290,9 @@ def test_weights_that_overflow_the_load_dtype_are_refused_by_name(saved: Path) -
     tensors["norm.weight"][0] = 1e6  # finite in float32, inf in float16
     rewrite(saved, tensors, meta)
     load_checkpoint(saved)  # float32 is fine
-    with pytest.raises(CheckpointError,
-                       match=r"tensor norm\.weight has values beyond torch\.float16's range"):
+    with pytest.raises(
+        CheckpointError, match=r"tensor norm\.weight has values beyond torch\.float16's range"
+    ):
         load_checkpoint(saved, dtype=torch.float16)
 
 
@@ -289,24 +317,32 @@ def test_checkpoint_with_a_bad_tokenizer_record(saved: Path, tokenizer: str) -> 
 def test_vocabulary_that_is_not_the_tokenizers(tmp_path: Path, vocab_size: int) -> None:
     """A consistent pair with 300 ids would have ids 258-299 dropped from the text; one with 200
     could not even read the tokenizer's BOS (256). Both fail at load, naming the file."""
-    config = GPTConfig(vocab_size=vocab_size, n_layer=1, n_head=2, d_model=16, mlp_hidden=32,
-                       max_seq_len=32)
+    config = GPTConfig(
+        vocab_size=vocab_size, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32
+    )
     for role in ("target", "draft"):
         save_checkpoint(tmp_path / f"{role}.safetensors", make_model(config))
-    with pytest.raises(CheckpointError, match=rf"target\.safetensors: vocab_size {vocab_size} does "
-                                              r"not match the bytes tokenizer's 258 ids"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"target\.safetensors: vocab_size {vocab_size} does "
+        r"not match the bytes tokenizer's 258 ids",
+    ):
         load_pair(tmp_path / "target.safetensors", tmp_path / "draft.safetensors")
 
 
 # ---- atomic writes ------------------------------------------------------------------------------
 
+
 def interrupt(*args, **kwargs):
     raise KeyboardInterrupt  # what Ctrl-C raises: a BaseException, not an Exception
 
 
-@pytest.mark.parametrize("where", ["fsync", "replace"])  # after the bytes are written / at the rename
-def test_interrupted_save_keeps_the_previous_checkpoint(saved: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        where: str) -> None:
+@pytest.mark.parametrize(
+    "where", ["fsync", "replace"]
+)  # after the bytes are written / at the rename
+def test_interrupted_save_keeps_the_previous_checkpoint(
+    saved: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
     before = saved.read_bytes()
     monkeypatch.setattr(checkpoint.os, where, interrupt)
     with pytest.raises(KeyboardInterrupt):
@@ -317,22 +353,30 @@ def test_interrupted_save_keeps_the_previous_checkpoint(saved: Path, monkeypatch
     assert load_checkpoint(saved)[1]["role"] == "target"
 
 
-def test_interrupted_first_save_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_first_save_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_open = builtins.open
 
     class HalfWriter:
         """A file that takes half the bytes, then fails: a write cut short by a full disk."""
+
         def __init__(self, f):
             self.f = f
+
         def __enter__(self):
             return self
+
         def __exit__(self, *exc):
             self.f.close()
+
         def write(self, data):
-            self.f.write(data[:len(data) // 2])
+            self.f.write(data[: len(data) // 2])
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False)
+    monkeypatch.setattr(
+        checkpoint, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False
+    )
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(tmp_path / "m.safetensors", make_model())
     assert os.listdir(tmp_path) == []

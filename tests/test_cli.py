@@ -1,12 +1,13 @@
 """`python -m minispec decode` on bad and good input (issue 4, "Bad input").
 
 Every bad input must give exactly one line on stderr, starting with "error:", exit code 2 and
-no traceback. All cases run in-process through minispec.commands.cli.main (cheap: an exception escaping
-main fails the test as a traceback would); a representative subset also runs as real
+no traceback. All cases run in-process through minispec.commands.cli.main (cheap: an exception
+escaping main fails the test as a traceback would); a representative subset also runs as real
 subprocesses, started together, which is the honest check of what a user sees (warnings,
 interpreter start-up, the default compiled mode). Tiny checkpoints are written to a tmp dir, so
 nothing here needs the shipped pair.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from _enumerate import (
+    one_thread,  # noqa: F401 (a fixture, used by pytestmark)
+    random_gpt,
+)
 
-from _enumerate import random_gpt
-from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.commands.cli import main
 from model.checkpoint import save_checkpoint
 from model.tokenizer import VOCAB_SIZE
@@ -36,14 +39,32 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     save_checkpoint(d / "target.safetensors", target)
     save_checkpoint(d / "draft.safetensors", random_gpt(VOCAB_SIZE, seed=1, max_seq_len=CONTEXT))
     (d / "junk.safetensors").write_bytes(b"\x00junk" * 50)
-    return {"target": str(d / "target.safetensors"), "draft": str(d / "draft.safetensors"),
-            "junk": str(d / "junk.safetensors"), "missing": str(d / "nope.safetensors")}
+    return {
+        "target": str(d / "target.safetensors"),
+        "draft": str(d / "draft.safetensors"),
+        "junk": str(d / "junk.safetensors"),
+        "missing": str(d / "nope.safetensors"),
+    }
 
 
-def decode_argv(files: dict[str, str], *extra: str, compile: bool = False, target: str = "target",
-                draft: str = "draft") -> list[str]:
-    return ["decode", *([] if compile else ["--no-compile"]), "--target", files[target], "--draft", files[draft],
-            "--max-new-tokens", "4", *extra]
+def decode_argv(
+    files: dict[str, str],
+    *extra: str,
+    compile: bool = False,
+    target: str = "target",
+    draft: str = "draft",
+) -> list[str]:
+    return [
+        "decode",
+        *([] if compile else ["--no-compile"]),
+        "--target",
+        files[target],
+        "--draft",
+        files[draft],
+        "--max-new-tokens",
+        "4",
+        *extra,
+    ]
 
 
 # name -> (decode_argv keyword arguments, extra flags). Without --prompt the default prompt
@@ -72,19 +93,28 @@ BAD_INPUT = {
     # The default, compiled mode must validate before it starts (and announces) compiling.
     "negative temperature, compiled mode": ({"compile": True}, ["--temperature", "-1"]),
 }
-IN_SUBPROCESS = ["K not an integer", "prompt longer than the context", "corrupt draft checkpoint",
-                 "unknown device", "negative temperature, compiled mode"]
+IN_SUBPROCESS = [
+    "K not an integer",
+    "prompt longer than the context",
+    "corrupt draft checkpoint",
+    "unknown device",
+    "negative temperature, compiled mode",
+]
 
 
 def assert_one_error_line(code: int, stderr: str) -> None:
     assert code == 2, stderr
     assert "Traceback" not in stderr
     lines = stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) > len("error: ") + 10, stderr
+    assert (
+        len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) > len("error: ") + 10
+    ), stderr
 
 
 @pytest.mark.parametrize("case", BAD_INPUT)
-def test_bad_input_in_process(case: str, files: dict[str, str], capsys: pytest.CaptureFixture) -> None:
+def test_bad_input_in_process(
+    case: str, files: dict[str, str], capsys: pytest.CaptureFixture
+) -> None:
     kwargs, extra = BAD_INPUT[case]
     try:
         code = main(decode_argv(files, *extra, **kwargs))
@@ -96,17 +126,40 @@ def test_bad_input_in_process(case: str, files: dict[str, str], capsys: pytest.C
 def start(argv: list[str]) -> subprocess.Popen:
     # A warning would be a second stderr line: show every one. One thread each: they run at once.
     env = {**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "minispec", *argv], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "minispec", *argv],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.fixture(scope="module")
 def subprocess_results(files: dict[str, str]) -> dict[str, tuple[int, str, str]]:
     """All subprocess cases, plus the happy path, started at once: each spends most of its time
     importing torch, which overlaps."""
-    argvs = {case: decode_argv(files, *BAD_INPUT[case][1], **BAD_INPUT[case][0]) for case in IN_SUBPROCESS}
-    argvs["happy"] = decode_argv(files, "--prompt", "def f(", "--prompt", "x = [", "-k", "2", "--seed", "3",
-                                 "--temperature", "0.8", "--top-k", "50", "--json")
+    argvs = {
+        case: decode_argv(files, *BAD_INPUT[case][1], **BAD_INPUT[case][0])
+        for case in IN_SUBPROCESS
+    }
+    argvs["happy"] = decode_argv(
+        files,
+        "--prompt",
+        "def f(",
+        "--prompt",
+        "x = [",
+        "-k",
+        "2",
+        "--seed",
+        "3",
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "50",
+        "--json",
+    )
     procs = {case: start(argv) for case, argv in argvs.items()}
     results = {}
     for case, proc in procs.items():

@@ -13,6 +13,7 @@ False alarms: the chi-square tests of this file share a budget of 1e-6 (Bonferro
 good approximation of the multinomial's. The seeds are fixed, so the outcome is deterministic;
 the rate says how unlucky a choice of seeds would have to be to fail an exact sampler.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -77,22 +78,31 @@ def test_greedy_float64_speculative_equals_target_only(float64_pair: tuple[GPT, 
 
 
 def test_greedy_float64_every_proposer_equals_target_only(float64_pair: tuple[GPT, GPT]) -> None:
-    decoder = SpeculativeDecoder(*float64_pair, compile=False, suffix_index=lookup_index(),
-                                 hybrid_threshold=3)
+    decoder = SpeculativeDecoder(
+        *float64_pair, compile=False, suffix_index=lookup_index(), hybrid_threshold=3
+    )
     baseline = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(0))
     for proposer in ("ngram", "suffix", "hybrid"):
         for k in (3, "auto"):
-            out = decoder.generate(GREEDY_PROMPTS, greedy_params(),
-                                   SpeculativeConfig(k, proposer=proposer))
+            out = decoder.generate(
+                GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(k, proposer=proposer)
+            )
             assert out.token_ids == baseline.token_ids, (proposer, k)
 
 
-SHIPPED_PROMPTS = ["import os\n\n\ndef ", "def add(a, b):\n    return", "import os\n\n\nclass ", "The quick brown fox"]
+SHIPPED_PROMPTS = [
+    "import os\n\n\ndef ",
+    "def add(a, b):\n    return",
+    "import os\n\n\nclass ",
+    "The quick brown fox",
+]
 
 
-@pytest.mark.skipif(not (CHECKPOINTS / "target.safetensors").is_file()
-                    or not (CHECKPOINTS / "draft.safetensors").is_file(),
-                    reason="the shipped pair (checkpoints/*.safetensors) is not trained yet")
+@pytest.mark.skipif(
+    not (CHECKPOINTS / "target.safetensors").is_file()
+    or not (CHECKPOINTS / "draft.safetensors").is_file(),
+    reason="the shipped pair (checkpoints/*.safetensors) is not trained yet",
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_greedy_shipped_pair_speculative_equals_target_only(dtype: torch.dtype) -> None:
     """float32, and bfloat16 weights (the target is then the bfloat16 model, for both runs): a
@@ -121,17 +131,27 @@ ROWS_PER_PROMPT = 6000
 # (draft_sample_method, K, top_k, top_p): both draft methods at both K without filters, and every
 # filter combination under both methods.
 CASES = [
-    ("greedy", 1, 0, 1.0), ("greedy", 3, 0, 1.0), ("probabilistic", 1, 0, 1.0), ("probabilistic", 3, 0, 1.0),
-    ("greedy", 3, 3, 1.0), ("probabilistic", 1, 3, 1.0),
-    ("greedy", 1, 0, 0.8), ("probabilistic", 3, 0, 0.8),
-    ("greedy", 3, 4, 0.7), ("probabilistic", 3, 4, 0.7),
+    ("greedy", 1, 0, 1.0),
+    ("greedy", 3, 0, 1.0),
+    ("probabilistic", 1, 0, 1.0),
+    ("probabilistic", 3, 0, 1.0),
+    ("greedy", 3, 3, 1.0),
+    ("probabilistic", 1, 3, 1.0),
+    ("greedy", 1, 0, 0.8),
+    ("probabilistic", 3, 0, 0.8),
+    ("greedy", 3, 4, 0.7),
+    ("probabilistic", 3, 4, 0.7),
 ]
 MIXED_TEMPERATURES = (0.0, 0.6, 1.7)
 BLOCK_CASES = [(2, 0, 1.0), (3, 4, 0.7)]  # (K, top_k, top_p); K = 2 is not degenerate
 # (proposer, rejection_sample_method): every proposer, and block with the hybrid's mixed q
 # (one-hot for lookup rows, the draft's for the others) and its short proposals.
-PROPOSER_CASES = [("ngram", "standard"), ("suffix", "standard"), ("hybrid", "standard"),
-                  ("hybrid", "block")]
+PROPOSER_CASES = [
+    ("ngram", "standard"),
+    ("suffix", "standard"),
+    ("hybrid", "standard"),
+    ("hybrid", "block"),
+]
 # + the mixed-temperature batch and the adaptive-K test
 NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 2
 FALSE_ALARM = 1e-6 / NUM_CHI_SQUARE_TESTS
@@ -158,19 +178,25 @@ def lookup_index() -> SuffixIndex:
     return SuffixIndex.build(corpus.numpy(), min_match=3)
 
 
-def sample_sequences(spec: SpeculativeConfig, row_params: list[SamplingParams],
-                     prompts: list[list[int]]) -> list[tuple[int, ...]]:
+def sample_sequences(
+    spec: SpeculativeConfig, row_params: list[SamplingParams], prompts: list[list[int]]
+) -> list[tuple[int, ...]]:
     """One batched generate: every row its own seed (taken from row_params). The hybrid takes a
     lookup that matched 3 tokens (the n-gram proposer's shortest match), so it mixes often."""
-    decoder = SpeculativeDecoder(*exactness_pair(), compile=False, suffix_index=lookup_index(),
-                                 hybrid_threshold=3)
+    decoder = SpeculativeDecoder(
+        *exactness_pair(), compile=False, suffix_index=lookup_index(), hybrid_threshold=3
+    )
     out = decoder.generate(prompts, row_params, spec)
     assert all(len(t) == NEW_TOKENS for t in out.token_ids)
     return [tuple(t) for t in out.token_ids]
 
 
-def fit_p_value(spec: SpeculativeConfig, groups: list[tuple[tuple[int, ...], SamplingParams]],
-                seed_base: int, rows_per_group: int = ROWS_PER_PROMPT) -> float:
+def fit_p_value(
+    spec: SpeculativeConfig,
+    groups: list[tuple[tuple[int, ...], SamplingParams]],
+    seed_base: int,
+    rows_per_group: int = ROWS_PER_PROMPT,
+) -> float:
     """Run rows_per_group rows of each group (a prompt and its sampling parameters) in one
     batch, interleaved, and return the p-value of the chi-square fit summed over groups
     (independent groups: the statistics and their degrees of freedom add)."""
@@ -178,7 +204,9 @@ def fit_p_value(spec: SpeculativeConfig, groups: list[tuple[tuple[int, ...], Sam
     for _ in range(rows_per_group):
         for g, (prompt, p) in enumerate(groups):
             prompts.append(list(prompt))
-            params.append(SamplingParams(p.temperature, p.top_k, p.top_p, seed_base + len(params), NEW_TOKENS))
+            params.append(
+                SamplingParams(p.temperature, p.top_k, p.top_p, seed_base + len(params), NEW_TOKENS)
+            )
             group_of.append(g)
     sequences = sample_sequences(spec, params, prompts)
     stat, df = 0.0, 0
@@ -192,12 +220,17 @@ def fit_p_value(spec: SpeculativeConfig, groups: list[tuple[tuple[int, ...], Sam
 @pytest.mark.parametrize("method,k,top_k,top_p", CASES)
 def test_sequence_law_matches_target(method: str, k: int, top_k: int, top_p: float) -> None:
     groups = [(p, SamplingParams(1.0, top_k, top_p)) for p in PROMPTS]
-    p_value = fit_p_value(SpeculativeConfig(k, method), groups, seed_base=1_000_000 * (1 + CASES.index(
-        (method, k, top_k, top_p))))
+    p_value = fit_p_value(
+        SpeculativeConfig(k, method),
+        groups,
+        seed_base=1_000_000 * (1 + CASES.index((method, k, top_k, top_p))),
+    )
     assert p_value > FALSE_ALARM
 
 
-@pytest.mark.parametrize("method,k,top_k,top_p", [("greedy", 1, 0, 1.0), ("probabilistic", 3, 4, 0.7)])
+@pytest.mark.parametrize(
+    "method,k,top_k,top_p", [("greedy", 1, 0, 1.0), ("probabilistic", 3, 4, 0.7)]
+)
 def test_naive_rule_fails_the_same_test(method: str, k: int, top_k: int, top_p: float) -> None:
     """Power: resampling from p after a rejection over-weights the drafted tokens (greedy
     drafts) or under-weights the tokens q likes (probabilistic ones); the test sees it."""
@@ -206,7 +239,9 @@ def test_naive_rule_fails_the_same_test(method: str, k: int, top_k: int, top_p: 
     assert p_value < FALSE_ALARM
 
 
-def test_a_drafter_breaking_the_q_contract_fails_the_same_test(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_drafter_breaking_the_q_contract_fails_the_same_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Power: a probabilistic drafter that samples under top-k but passes on the unfiltered
     softmax as draft_probs (the bug of transformers issue 47932) biases the output."""
     real_sample = minispec.proposers.draft_model.sample
@@ -216,14 +251,19 @@ def test_a_drafter_breaking_the_q_contract_fails_the_same_test(monkeypatch: pyte
 
     monkeypatch.setattr(minispec.proposers.draft_model, "sample", unfiltered_q)
     groups = [(p, SamplingParams(1.0, top_k=3)) for p in PROMPTS]
-    assert fit_p_value(SpeculativeConfig(1, "probabilistic"), groups, seed_base=60_000_000) < FALSE_ALARM
+    assert (
+        fit_p_value(SpeculativeConfig(1, "probabilistic"), groups, seed_base=60_000_000)
+        < FALSE_ALARM
+    )
 
 
 def test_mixed_temperatures_in_one_batch() -> None:
     """Rows at temperature 0 (a point mass: the greedy sequence), 0.6 and 1.7 share a batch;
     each row follows its own law."""
     groups = [(prompt, SamplingParams(t)) for prompt in PROMPTS for t in MIXED_TEMPERATURES]
-    p_value = fit_p_value(SpeculativeConfig(3, "probabilistic"), groups, seed_base=70_000_000, rows_per_group=2000)
+    p_value = fit_p_value(
+        SpeculativeConfig(3, "probabilistic"), groups, seed_base=70_000_000, rows_per_group=2000
+    )
     assert p_value > FALSE_ALARM
 
 
@@ -256,14 +296,20 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     widths = (0, 1, 3)
     chosen = []
 
-    def by_history(alpha: torch.Tensor, active: torch.Tensor, widths: tuple[int, ...],
-                   round_time: torch.Tensor, margin: float = 0.0) -> torch.Tensor:
+    def by_history(
+        alpha: torch.Tensor,
+        active: torch.Tensor,
+        widths: tuple[int, ...],
+        round_time: torch.Tensor,
+        margin: float = 0.0,
+    ) -> torch.Tensor:
         chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
         return chosen[-1]
 
     monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
-    spec = SpeculativeConfig("auto", "probabilistic", proposer="hybrid",
-                             adaptive=AdaptiveConfig(widths=widths))
+    spec = SpeculativeConfig(
+        "auto", "probabilistic", proposer="hybrid", adaptive=AdaptiveConfig(widths=widths)
+    )
     assert fit_p_value(spec, groups, seed_base=99_000_000, rows_per_group=2500) > FALSE_ALARM
     assert len(set(int(c) for c in chosen[:-1])) == len(widths)  # every width ran

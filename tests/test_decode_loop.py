@@ -6,6 +6,7 @@ whether each row gets its own reproducible randomness, stops where it must, and 
 logit the loop computes is the logit a fresh, cache-free forward over the row's real sequence
 gives.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,8 +37,9 @@ from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def pair(vocab: int = 32, max_seq_len: int = 32, seed: int = 0, mix: float = 0.15,
-         cls: type[GPT] = GPT) -> tuple[GPT, GPT]:
+def pair(
+    vocab: int = 32, max_seq_len: int = 32, seed: int = 0, mix: float = 0.15, cls: type[GPT] = GPT
+) -> tuple[GPT, GPT]:
     """A float32 target with O(1) logits and a draft that agrees with it often, not always."""
     target = random_gpt(vocab, seed, scale=1.5, max_seq_len=max_seq_len, cls=cls)
     return target, perturbed_copy(target, seed + 1, mix)
@@ -48,7 +50,9 @@ def pair(vocab: int = 32, max_seq_len: int = 32, seed: int = 0, mix: float = 0.1
 
 
 def request(seed: int, prompt_len: int = 3) -> tuple[list[int], SamplingParams]:
-    return [1 + i % 30 for i in range(prompt_len)], SamplingParams(temperature=1.0, seed=seed, max_new_tokens=16)
+    return [1 + i % 30 for i in range(prompt_len)], SamplingParams(
+        temperature=1.0, seed=seed, max_new_tokens=16
+    )
 
 
 @pytest.mark.parametrize("k,method", [(0, "greedy"), (3, "probabilistic"), (2, "greedy")])
@@ -73,7 +77,10 @@ def test_seeded_request_is_reproducible_and_independent_of_its_batch(k: int, met
     assert tokens_in([(long_prompt, other), (prompt, params), (short_prompt, third)]) == alone
     assert tokens_in([(short_prompt, third), (long_prompt, other), (prompt, params)]) == alone
     # ... and the seed matters: another seed gives other tokens.
-    assert tokens_in([(prompt, SamplingParams(temperature=1.0, seed=1235, max_new_tokens=16))]) != alone
+    assert (
+        tokens_in([(prompt, SamplingParams(temperature=1.0, seed=1235, max_new_tokens=16))])
+        != alone
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,23 +90,35 @@ def test_seeded_request_is_reproducible_and_independent_of_its_batch(k: int, met
 def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
     """The bookkeeping in isolation, K = 3: each row's emitted ids [n accepted + 1, -1 ...]."""
     e, k = EOS_TOKEN_ID, 3
-    emitted = torch.tensor([[5, 6, e, 7],     # n = 3 but EOS third: keep 3 tokens, done
-                            [5, 6, 7, 8],     # n = 3, only 2 tokens left under max_new: keep 2, done
-                            [5, e, e, e],     # n = 0: only the corrective counts; the EOS after it is not emitted
-                            [5, 6, 7, 8],     # already done: nothing changes
-                            [e, -1, -1, -1]])  # n = 0, the corrective is EOS: keep it, done
+    emitted = torch.tensor(
+        [
+            [5, 6, e, 7],  # n = 3 but EOS third: keep 3 tokens, done
+            [5, 6, 7, 8],  # n = 3, only 2 tokens left under max_new: keep 2, done
+            [5, e, e, e],  # n = 0: only the corrective counts; the EOS after it is not emitted
+            [5, 6, 7, 8],  # already done: nothing changes
+            [e, -1, -1, -1],
+        ]
+    )  # n = 0, the corrective is EOS: keep it, done
     num_accepted = torch.tensor([3, 3, 0, 3, 0])
     b = len(num_accepted)
     seq_len = torch.tensor([2, 3, 4, 5, 2])
     tokens = torch.zeros(b, 12, dtype=torch.long)
-    state = LoopState(tokens=tokens, seq_len=seq_len, generated=torch.tensor([0, 3, 1, 2, 0]),
-                      max_new=torch.tensor([8, 5, 8, 8, 8]), done=torch.tensor([False, False, False, True, False]),
-                      seeds=torch.zeros(b, dtype=torch.long), rounds=torch.zeros(b, dtype=torch.long),
-                      drafted=torch.zeros(b, dtype=torch.long),
-                      accepted=torch.zeros(b, dtype=torch.long), position_accepted=torch.zeros(b, k, dtype=torch.long),
-                      alpha_sum=torch.zeros(b, dtype=torch.float64), alpha_count=torch.zeros(b, dtype=torch.long),
-                      estimate_sum=torch.zeros(b, dtype=torch.float64),
-                      estimate_weight=torch.zeros(b, dtype=torch.float64))
+    state = LoopState(
+        tokens=tokens,
+        seq_len=seq_len,
+        generated=torch.tensor([0, 3, 1, 2, 0]),
+        max_new=torch.tensor([8, 5, 8, 8, 8]),
+        done=torch.tensor([False, False, False, True, False]),
+        seeds=torch.zeros(b, dtype=torch.long),
+        rounds=torch.zeros(b, dtype=torch.long),
+        drafted=torch.zeros(b, dtype=torch.long),
+        accepted=torch.zeros(b, dtype=torch.long),
+        position_accepted=torch.zeros(b, k, dtype=torch.long),
+        alpha_sum=torch.zeros(b, dtype=torch.float64),
+        alpha_count=torch.zeros(b, dtype=torch.long),
+        estimate_sum=torch.zeros(b, dtype=torch.float64),
+        estimate_weight=torch.zeros(b, dtype=torch.float64),
+    )
     num_drafts = torch.full((b,), k)
     observed = observe(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
     new, snapshot = advance(state, emitted, num_accepted, num_drafts, observed, e)
@@ -109,11 +128,11 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
     assert new.done.tolist() == [True, True, False, True, True]
     assert snapshot[:, k + 1].tolist() == counts
     for row in range(b):
-        kept = emitted[row, :counts[row]].tolist()
-        assert snapshot[row, :k + 1].tolist() == kept + [-1] * (k + 1 - counts[row])
+        kept = emitted[row, : counts[row]].tolist()
+        assert snapshot[row, : k + 1].tolist() == kept + [-1] * (k + 1 - counts[row])
         start = int(seq_len[row])
-        assert new.tokens[row, start:start + counts[row]].tolist() == kept
-        assert (new.tokens[row, start + counts[row]:] == 0).all()  # nothing written past the count
+        assert new.tokens[row, start : start + counts[row]].tolist() == kept
+        assert (new.tokens[row, start + counts[row] :] == 0).all()  # nothing written past the count
     assert new.rounds.tolist() == [1, 1, 1, 0, 1]  # the done row is not counted
     assert new.alpha_count.tolist() == [3, 3, 1, 0, 1]  # n + 1 tested, at most K
 
@@ -123,8 +142,12 @@ def test_each_row_stops_at_its_max_new_tokens() -> None:
     not divide and however many tokens its last round would have brought."""
     decoder = SpeculativeDecoder(*pair(), compile=False)
     budgets = [1, 2, 3, 5, 7, 11]
-    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate(budgets)]
-    out = decoder.generate([[1, 2, 3]] * len(budgets), params, SpeculativeConfig(3, "probabilistic"))
+    params = [
+        SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate(budgets)
+    ]
+    out = decoder.generate(
+        [[1, 2, 3]] * len(budgets), params, SpeculativeConfig(3, "probabilistic")
+    )
     assert [len(t) for t in out.token_ids] == budgets
     assert out.stats.emitted == sum(budgets)
 
@@ -136,14 +159,20 @@ class EOSLeaningGPT(GPT):
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         logits = super().forward(tokens, positions)
-        return logits + torch.where(torch.arange(logits.shape[-1]) == EOS_TOKEN_ID, self.eos_bias, 0.0)
+        return logits + torch.where(
+            torch.arange(logits.shape[-1]) == EOS_TOKEN_ID, self.eos_bias, 0.0
+        )
 
 
 def test_each_row_stops_right_after_its_first_eos() -> None:
     decoder = SpeculativeDecoder(*pair(vocab=VOCAB_SIZE, cls=EOSLeaningGPT), compile=False)
     budgets = [1 + i % 12 for i in range(64)]
-    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate(budgets)]
-    out = decoder.generate([[256, 1 + i % 7] for i in range(64)], params, SpeculativeConfig(3, "probabilistic"))
+    params = [
+        SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate(budgets)
+    ]
+    out = decoder.generate(
+        [[256, 1 + i % 7] for i in range(64)], params, SpeculativeConfig(3, "probabilistic")
+    )
     ended_on_eos = ran_out = eos_mid_round = 0
     for ids, origins, budget in zip(out.token_ids, out.origins, budgets):
         assert EOS_TOKEN_ID not in ids[:-1]  # nothing follows the first EOS
@@ -175,8 +204,9 @@ class Recorder:
         return logits
 
 
-def cache_mismatch(decoder: SpeculativeDecoder, prompts: list[list[int]], outputs: list[list[int]],
-                   log: list) -> float:
+def cache_mismatch(
+    decoder: SpeculativeDecoder, prompts: list[list[int]], outputs: list[list[int]], log: list
+) -> float:
     """Largest |logit - fresh recompute| over every draft and target call after the prefills.
 
     A round's calls (the draft steps, then the target's verify) all see one true sequence per
@@ -197,18 +227,21 @@ def cache_mismatch(decoder: SpeculativeDecoder, prompts: list[list[int]], output
         for b in range(len(prompts)):
             seq_len = int(verify_positions[b, 0]) + 1
             truth = (prompts[b] + outputs[b])[:seq_len] + verify_tokens[b, 1:].tolist()
-            fresh = {name: full_logits(model, torch.tensor([truth]))[0] for name, model in models.items()}
+            fresh = {
+                name: full_logits(model, torch.tensor([truth]))[0] for name, model in models.items()
+            }
             for name, tokens, positions, logits in round_calls:
                 start, t = int(positions[b, 0]), tokens.shape[1]
                 assert positions[b].tolist() == list(range(start, start + t))
-                assert tokens[b].tolist() == truth[start:start + t], (name, b, start)
-                worst = max(worst, float((logits[b] - fresh[name][start:start + t]).abs().max()))
+                assert tokens[b].tolist() == truth[start : start + t], (name, b, start)
+                worst = max(worst, float((logits[b] - fresh[name][start : start + t]).abs().max()))
         round_calls = []
     return worst
 
 
-def run_recorded(decoder: SpeculativeDecoder, k: int | str,
-                 draft_wrapper=None) -> tuple[list[list[int]], GenerationOutput, list]:
+def run_recorded(
+    decoder: SpeculativeDecoder, k: int | str, draft_wrapper=None
+) -> tuple[list[list[int]], GenerationOutput, list]:
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
     log: list = []
@@ -216,7 +249,10 @@ def run_recorded(decoder: SpeculativeDecoder, k: int | str,
     draft_forward = Recorder("draft", decoder.draft.forward, log)
     decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
     prompts = [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
-    params = [SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m) for i, m in enumerate([14, 9, 12])]
+    params = [
+        SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m)
+        for i, m in enumerate([14, 9, 12])
+    ]
     spec = SpeculativeConfig(k, "probabilistic", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
     out = decoder.generate(prompts, params, spec)
     del decoder.target.forward, decoder.draft.forward  # back to the models' own forward
@@ -239,7 +275,9 @@ def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -
     of the draft's cache after a round that accepted all K drafts."""
 
     def last_only(draft_forward):
-        return lambda t, p: draft_forward(t[:, -1:], p[:, -1:]) if t.shape[1] == 2 else draft_forward(t, p)
+        return lambda t, p: (
+            draft_forward(t[:, -1:], p[:, -1:]) if t.shape[1] == 2 else draft_forward(t, p)
+        )
 
     decoder = SpeculativeDecoder(*pair(), compile=False)
     prompts, out, log = run_recorded(decoder, 3, last_only)
@@ -275,7 +313,9 @@ def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.Mo
 
 def test_k0_is_one_token_per_target_forward_and_one_host_sync_per_round() -> None:
     decoder = SpeculativeDecoder(*pair(), compile=False)
-    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([5, 9])]
+    params = [
+        SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([5, 9])
+    ]
     stats = decoder.generate([[1, 2], [3, 4, 5]], params, SpeculativeConfig(0)).stats
     assert stats.tokens_per_target_forward == 1.0
     assert stats.rounds == stats.emitted == 14 and stats.batch_rounds == 9
@@ -301,8 +341,9 @@ HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__",
 
 
 @pytest.mark.parametrize("k,proposer", [(0, "draft_model"), (3, "draft_model"), ("auto", "hybrid")])
-def test_the_loop_reads_the_device_once_per_round(k: int | str, proposer: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_loop_reads_the_device_once_per_round(
+    k: int | str, proposer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Count every tensor-to-host read made by the loop's modules (minispec/decode.py, round.py,
     state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
     them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
@@ -316,17 +357,23 @@ def test_the_loop_reads_the_device_once_per_round(k: int | str, proposer: str,
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            if caller.co_filename in loop_files and caller.co_name not in ("prefill", "collect",
-                                                                           "first_width"):
+            if caller.co_filename in loop_files and caller.co_name not in (
+                "prefill",
+                "collect",
+                "first_width",
+            ):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=2)
-    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([6, 10])]
-    spec = SpeculativeConfig(k, "probabilistic", proposer=proposer,
-                             adaptive=AdaptiveConfig(widths=(0, 2, 3)))
+    params = [
+        SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([6, 10])
+    ]
+    spec = SpeculativeConfig(
+        k, "probabilistic", proposer=proposer, adaptive=AdaptiveConfig(widths=(0, 2, 3))
+    )
     stats = decoder.generate([[1, 2], [3, 4, 5]], params, spec).stats
     monkeypatch.undo()
     assert stats.batch_rounds > 1 and len(reads) == stats.batch_rounds == stats.host_syncs, reads
@@ -349,7 +396,9 @@ def test_top_p_is_not_rounded_to_float32_on_its_way_to_the_sampler() -> None:
     with probability 0.1. In float32, 0.9 is 0.89999998 and that token was never drawn."""
     decoder = SpeculativeDecoder(random_gpt(2, 0, cls=ConstantLogitsGPT), compile=False)
     rows = 400
-    params = [SamplingParams(temperature=1.0, top_p=0.9, seed=i, max_new_tokens=1) for i in range(rows)]
+    params = [
+        SamplingParams(temperature=1.0, top_p=0.9, seed=i, max_new_tokens=1) for i in range(rows)
+    ]
     out = decoder.generate([[0, 1]] * rows, params, SpeculativeConfig(0))
     # Binomial(400, 0.1): mean 40; fewer than 8 has probability 4e-11.
     assert sum(t == [1] for t in out.token_ids) >= 8
@@ -369,7 +418,14 @@ def test_no_compile_means_no_compiled_sampler(monkeypatch: pytest.MonkeyPatch) -
     decoder = SpeculativeDecoder(*pair(), compile=False)
     params = [SamplingParams(temperature=1.0, seed=1, max_new_tokens=4)]
     for k in (0, 2):
-        assert len(decoder.generate([[1, 2]], params, SpeculativeConfig(k, "probabilistic")).token_ids[0]) == 4
+        assert (
+            len(
+                decoder.generate([[1, 2]], params, SpeculativeConfig(k, "probabilistic")).token_ids[
+                    0
+                ]
+            )
+            == 4
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,10 +445,15 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, k)
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
-        decoder.target, decoder.proposer("draft_model", k)[0], state,
+        decoder.target,
+        decoder.proposer("draft_model", k)[0],
+        state,
         row_constraints(params, decoder.device),
-        num_speculative_tokens=k, draft_sample_method=method, rejection_sample_method="standard",
-        eos_token_id=EOS_TOKEN_ID)
+        num_speculative_tokens=k,
+        draft_sample_method=method,
+        rejection_sample_method="standard",
+        eos_token_id=EOS_TOKEN_ID,
+    )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
@@ -406,10 +467,18 @@ def test_the_adaptive_hybrid_round_is_one_graph() -> None:
     proposer, lookup, _ = decoder.proposer("hybrid", 2)
     adaptive = AdaptiveConfig(widths=(0, 2))
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
-        decoder.target, proposer, state, row_constraints(params, decoder.device),
-        lookup.host_propose([[1, 2], [3, 4, 5]], 2), torch.ones(2, dtype=torch.float64),
-        num_speculative_tokens=2, draft_sample_method="probabilistic",
-        rejection_sample_method="block", eos_token_id=EOS_TOKEN_ID, adaptive=adaptive)
+        decoder.target,
+        proposer,
+        state,
+        row_constraints(params, decoder.device),
+        lookup.host_propose([[1, 2], [3, 4, 5]], 2),
+        torch.ones(2, dtype=torch.float64),
+        num_speculative_tokens=2,
+        draft_sample_method="probabilistic",
+        rejection_sample_method="block",
+        eos_token_id=EOS_TOKEN_ID,
+        adaptive=adaptive,
+    )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
@@ -420,8 +489,10 @@ def test_compiled_round_matches_eager_and_never_recompiles() -> None:
     and one host read per round."""
     target, draft = float64_pair()
     prompts = [[1, 2], [3, 4, 5]]
-    params = lambda: [SamplingParams(temperature=t, seed=5, max_new_tokens=6)  # noqa: E731
-                      for t in (0.0, 1.0)]
+
+    def params():
+        return [SamplingParams(temperature=t, seed=5, max_new_tokens=6) for t in (0.0, 1.0)]
+
     spec = SpeculativeConfig(1, "probabilistic")
     eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
     compiled = SpeculativeDecoder(target, draft, compile=True)
@@ -443,7 +514,11 @@ def test_a_tiny_temperature_is_greedy_not_nan() -> None:
     same tokens as temperature 0, and a finite alpha."""
     decoder = SpeculativeDecoder(*float64_pair(), compile=False)
     spec = SpeculativeConfig(2, "probabilistic")
-    out = {t: decoder.generate([[1, 2]], [SamplingParams(temperature=t, seed=1, max_new_tokens=8)],
-                               spec) for t in (0.0, 1e-39)}
+    out = {
+        t: decoder.generate(
+            [[1, 2]], [SamplingParams(temperature=t, seed=1, max_new_tokens=8)], spec
+        )
+        for t in (0.0, 1e-39)
+    }
     assert out[1e-39].token_ids == out[0.0].token_ids
     assert out[1e-39].stats.alpha == pytest.approx(out[0.0].stats.alpha)

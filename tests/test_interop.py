@@ -22,11 +22,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from _enumerate import (
+    chi_square,
+    chi_square_sf,
+    one_thread,  # noqa: F401 (a fixture, used by pytestmark)
+    random_gpt,
+    sequence_law,
+)
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from _enumerate import chi_square, chi_square_sf, random_gpt, sequence_law
-from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.commands.cli import main
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig

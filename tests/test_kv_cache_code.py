@@ -1,6 +1,7 @@
 """The compiled KV-cache write touches only the written slots (issue 9, "steps near the memory
 floor"): Inductor's generated code for one cached step must contain no loop over a whole cache.
 A scatter_ into the cache buffer made it copy each cache tensor in full, twice, per layer."""
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,9 @@ from model.gpt import GPT
 
 
 def test_a_compiled_step_writes_the_cache_in_place() -> None:
-    config = GPTConfig(vocab_size=64, n_layer=1, n_head=2, d_model=32, mlp_hidden=64,
-                       max_seq_len=512)
+    config = GPTConfig(
+        vocab_size=64, n_layer=1, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=512
+    )
     model = GPT(config).eval()
     model.setup_cache(1)
     cache_elements = config.n_head * config.max_seq_len * config.head_dim  # 16384

@@ -1,5 +1,6 @@
 """The GPT and its static KV cache: incremental decoding equals the full forward, rollback is
 a change of position, and the step shapes compile once each."""
+
 from __future__ import annotations
 
 import pytest
@@ -56,8 +57,22 @@ def test_single_row_incremental_equals_full_forward() -> None:
     expected = full_forward(model, seq)
     model.setup_cache(1)
     pieces, pos = [], 0
-    for T in (7, 1, 1, 2, 5, 1, 2, 5, 1, 1, 2, 5, 7):  # prefill, then draft / [prev, new] / verify steps
-        pieces.append(step(model, seq[:, pos:pos + T], [pos]))
+    for T in (
+        7,
+        1,
+        1,
+        2,
+        5,
+        1,
+        2,
+        5,
+        1,
+        1,
+        2,
+        5,
+        7,
+    ):  # prefill, then draft / [prev, new] / verify steps
+        pieces.append(step(model, seq[:, pos : pos + T], [pos]))
         pos += T
     assert pos == seq.shape[1]
     got = torch.cat(pieces, dim=1)
@@ -86,10 +101,14 @@ def test_ragged_batch_incremental_equals_full_forward() -> None:
     pos = list(prompt_lens)
     done = 0
     for T in (1, 2, 3, 1, 4, 2, 3):  # rows at different positions, one shared step shape
-        tokens = torch.stack([rows[b][pos[b]:pos[b] + T] for b in range(len(rows))])
+        tokens = torch.stack([rows[b][pos[b] : pos[b] + T] for b in range(len(rows))])
         logits = step(model, tokens, pos)
         for b in range(len(rows)):
-            assert (logits[b] - expected[b][pos[b]:pos[b] + T]).abs().max().item() <= TOL, (b, pos[b], T)
+            assert (logits[b] - expected[b][pos[b] : pos[b] + T]).abs().max().item() <= TOL, (
+                b,
+                pos[b],
+                T,
+            )
             pos[b] += T
         done += T
     assert done == new
@@ -108,17 +127,22 @@ def rewind_max_diff(model: GPT) -> float:
     junk = random_tokens(4, seed=21)
     model.setup_cache(2)
     P = max(prompt_lens)
-    prefill = torch.stack([torch.cat([r[:n], junk.new_zeros(P - n)]) for r, n in zip(rows, prompt_lens)])
+    prefill = torch.stack(
+        [torch.cat([r[:n], junk.new_zeros(P - n)]) for r, n in zip(rows, prompt_lens)]
+    )
     step(model, prefill, [0, 0])
     p0, p1 = prompt_lens
-    step(model, torch.stack([junk, rows[1][p1:p1 + 4]]), [p0, p1])  # row 0's drafts: all junk
-    p1 += 4                                                             # row 1 accepted its 4
+    step(model, torch.stack([junk, rows[1][p1 : p1 + 4]]), [p0, p1])  # row 0's drafts: all junk
+    p1 += 4  # row 1 accepted its 4
     worst = 0.0
     for T in (2, 1, 1, 1):  # row 0 restarts at p0: only its position moved back
-        tokens = torch.stack([rows[0][p0:p0 + T], rows[1][p1:p1 + T]])
+        tokens = torch.stack([rows[0][p0 : p0 + T], rows[1][p1 : p1 + T]])
         logits = step(model, tokens, [p0, p1])
-        worst = max(worst, (logits[0] - fresh[0][p0:p0 + T]).abs().max().item(),
-                    (logits[1] - fresh[1][p1:p1 + T]).abs().max().item())
+        worst = max(
+            worst,
+            (logits[0] - fresh[0][p0 : p0 + T]).abs().max().item(),
+            (logits[1] - fresh[1][p1 : p1 + T]).abs().max().item(),
+        )
         p0, p1 = p0 + T, p1 + T
     return worst
 
@@ -127,7 +151,9 @@ def test_rewind_after_rejection_equals_fresh_recompute() -> None:
     assert rewind_max_diff(make_model()) <= TOL
 
 
-def test_rewind_check_catches_a_mask_that_sees_stale_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rewind_check_catches_a_mask_that_sees_stale_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Power: if attention could see keys up to 2 positions ahead of the query (where the
     rejected drafts still sit), the same check fails by far more than TOL."""
     sdpa = F.scaled_dot_product_attention
@@ -155,7 +181,7 @@ def test_compiled_steps_compile_once_per_shape_and_never_per_position(backend: s
     K, B, P = 4, 2, 8
     model = make_model()
     seqs = random_tokens(B, 48, seed=3)
-    expected = [full_forward(model, seqs[b:b + 1])[0] for b in range(B)]
+    expected = [full_forward(model, seqs[b : b + 1])[0] for b in range(B)]
     model.setup_cache(B)
     torch._dynamo.reset()
     counter = CompileCounterWithBackend(backend)
@@ -165,11 +191,11 @@ def test_compiled_steps_compile_once_per_shape_and_never_per_position(backend: s
     shapes_seen: set[int] = set()
 
     def run(T: int, advance: list[int]) -> None:
-        tokens = torch.stack([seqs[b, pos[b]:pos[b] + T] for b in range(B)])
+        tokens = torch.stack([seqs[b, pos[b] : pos[b] + T] for b in range(B)])
         with torch.no_grad():
             logits = compiled(tokens, torch.tensor(pos)[:, None] + torch.arange(T))
         for b in range(B):
-            assert (logits[b] - expected[b][pos[b]:pos[b] + T]).abs().max().item() <= TOL
+            assert (logits[b] - expected[b][pos[b] : pos[b] + T]).abs().max().item() <= TOL
             pos[b] += advance[b]
         shapes_seen.add(T)
         assert counter.frame_count == len(shapes_seen), f"recompiled at T={T}, positions {pos}"
@@ -189,7 +215,9 @@ def test_embedding_is_tied_to_the_output_head() -> None:
     V_, d = model.embed.weight.shape
     all_entries = sum(t.numel() for t in model.state_dict().values())
     assert model.num_params() == all_entries - V_ * d  # the shared matrix counts once
-    assert model.to(torch.float64).lm_head.weight is model.embed.weight  # a dtype cast keeps the tie
+    assert (
+        model.to(torch.float64).lm_head.weight is model.embed.weight
+    )  # a dtype cast keeps the tie
     model.float()
 
     # Functionally: zeroing token 7's embedding row zeroes its logit everywhere.

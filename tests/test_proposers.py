@@ -12,8 +12,15 @@ import pytest
 import torch
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
-from minispec.proposers import (HybridProposer, NgramProposer, Proposal, hybrid, longest_match,
-                                ngram_propose, one_hot_probs)
+from minispec.proposers import (
+    HybridProposer,
+    NgramProposer,
+    Proposal,
+    hybrid,
+    longest_match,
+    ngram_propose,
+    one_hot_probs,
+)
 from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
 from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode

@@ -5,6 +5,7 @@ The table runs in-process through `main` (no interpreter start-up: torch is alre
 A few cases run as real processes, started together so that their torch imports overlap:
 signals, pipes and closed streams only show there.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from _enumerate import random_gpt
+
 from minispec.commands import train
 from minispec.commands.cli import Streamer, json_safe, main, use_colour
 from model.checkpoint import save_checkpoint
@@ -37,8 +38,13 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     for role, seed in (("target", 0), ("draft", 1)):
         model = random_gpt(VOCAB_SIZE, seed=seed, max_seq_len=512)
         save_checkpoint(d / f"{role}.safetensors", model)
-    return ["--no-compile", "--target", str(d / "target.safetensors"),
-            "--draft", str(d / "draft.safetensors")]
+    return [
+        "--no-compile",
+        "--target",
+        str(d / "target.safetensors"),
+        "--draft",
+        str(d / "draft.safetensors"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +116,17 @@ def assert_one_error_line(code: int | str | None, stderr: str, fragment: str = "
     assert fragment in lines[0], stderr
 
 
-@pytest.mark.parametrize("argv, fragment", BAD_ARGUMENTS,
-                         ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+@pytest.mark.parametrize(
+    "argv, fragment", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS]
+)
 def test_every_command_gives_one_line_for_bad_arguments(
-        argv: list[str], fragment: str, a_file: str, tmp_path: Path, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    argv: list[str],
+    fragment: str,
+    a_file: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(tmp_path)  # a command past its checks would write here, not in the repo
     monkeypatch.setattr(train, "load_corpus", corpus_too_early)
     argv = [a.format(file=a_file, empty=tmp_path) for a in argv]
@@ -128,7 +140,8 @@ def test_every_command_gives_one_line_for_bad_arguments(
 
 
 def test_train_refuses_to_overwrite_a_state_without_resume_or_force(
-        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "draft.state.safetensors").write_bytes(b"an earlier run")
@@ -139,7 +152,8 @@ def test_train_refuses_to_overwrite_a_state_without_resume_or_force(
 
 
 def test_train_removes_temporaries_of_killed_saves_before_it_starts(
-        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale = tmp_path / f".target.state.safetensors.tmp-{dead.pid}"
@@ -156,20 +170,39 @@ def test_train_removes_temporaries_of_killed_saves_before_it_starts(
 
 
 def test_a_finished_checkpoint_is_not_a_training_state(
-        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from test_train import synthetic_corpus
 
     state = tmp_path / "state"
-    save_checkpoint(state / "target.state.safetensors",
-                    random_gpt(VOCAB_SIZE, seed=0, max_seq_len=64), {"seed": "1234"})
+    save_checkpoint(
+        state / "target.state.safetensors",
+        random_gpt(VOCAB_SIZE, seed=0, max_seq_len=64),
+        {"seed": "1234"},
+    )
     monkeypatch.setattr(train, "load_corpus", synthetic_corpus)
-    code = main(["train", "--preset", "tiny", "--only", "target", "--resume", "--no-compile",
-                 "--out-dir", str(tmp_path / "out"), "--state-dir", str(state)])
-    assert_one_error_line(code, capsys.readouterr().err,
-                          "is a finished model, not a training state")
+    code = main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--only",
+            "target",
+            "--resume",
+            "--no-compile",
+            "--out-dir",
+            str(tmp_path / "out"),
+            "--state-dir",
+            str(state),
+        ]
+    )
+    assert_one_error_line(
+        code, capsys.readouterr().err, "is a finished model, not a training state"
+    )
 
 
 # ---- output -------------------------------------------------------------------------------------
+
 
 def test_json_safe_turns_missing_figures_into_null() -> None:
     report = {"alpha": math.nan, "speedup": math.inf, "c": None, "rows": [1.5, -math.inf, {"x": 2}]}
@@ -178,11 +211,13 @@ def test_json_safe_turns_missing_figures_into_null() -> None:
     json.dumps(safe, allow_nan=False)  # would raise on a NaN left behind
 
 
-@pytest.mark.parametrize("no_colour, json_output, expected", [
-    (None, False, True), ("1", False, False), ("", False, True), (None, True, False)])
-def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch,
-                                                    no_colour: str | None, json_output: bool,
-                                                    expected: bool) -> None:
+@pytest.mark.parametrize(
+    "no_colour, json_output, expected",
+    [(None, False, True), ("1", False, False), ("", False, True), (None, True, False)],
+)
+def test_colour_only_on_a_terminal_without_no_color(
+    monkeypatch: pytest.MonkeyPatch, no_colour: str | None, json_output: bool, expected: bool
+) -> None:
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -203,18 +238,26 @@ def test_streamed_text_ends_like_the_decoded_text(capsys: pytest.CaptureFixture)
     ids = list("añ€".encode()) + [0xF0, 0x9F]  # the last character is cut after 2 of its 4 bytes
     streamer = Streamer(colour=False, header="")
     for i in range(0, len(ids), 2):
-        streamer(0, ids[i:i + 2], ["accepted"] * len(ids[i:i + 2]))
+        streamer(0, ids[i : i + 2], ["accepted"] * len(ids[i : i + 2]))
     streamer.finish()
     assert capsys.readouterr().out == tokenizer.decode(ids) == "añ€\ufffd"
 
 
 # ---- real processes: signals, pipes, closed streams --------------------------------------------
 
+
 def start(argv: list[str], **kwargs) -> subprocess.Popen:
     env = {**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
     # A session of its own: Ctrl-C in a terminal signals the whole process group, workers too.
-    return subprocess.Popen([sys.executable, "-m", "minispec", *argv], cwd=ROOT, env=env, text=True,
-                            stderr=subprocess.PIPE, start_new_session=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "minispec", *argv],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        **kwargs,
+    )
 
 
 def torch_is_loading(proc: subprocess.Popen) -> None:
@@ -234,9 +277,11 @@ def output_shows(proc: subprocess.Popen, text: str) -> None:
 
 
 # name -> (command, the moment to press Ctrl-C)
-INTERRUPTS = {"decode, while torch imports": ("decode", torch_is_loading),
-              "decode, while it generates": ("decode", lambda proc: output_shows(proc, "def")),
-              "train, while it trains": ("train", lambda proc: output_shows(proc, "corpus:"))}
+INTERRUPTS = {
+    "decode, while torch imports": ("decode", torch_is_loading),
+    "decode, while it generates": ("decode", lambda proc: output_shows(proc, "def")),
+    "train, while it trains": ("train", lambda proc: output_shows(proc, "corpus:")),
+}
 
 
 @pytest.fixture(scope="module")
@@ -245,17 +290,45 @@ def processes(pair: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict
     Moments are events, not delays: on a busy machine Python's own start-up can take longer
     than any fixed delay, and a Ctrl-C before minispec runs is Python's to handle, not ours."""
     run_dir = tmp_path_factory.mktemp("train")
-    argvs = {"decode": ["decode", *pair, "--max-new-tokens", "480"],
-             "train": ["train", "--preset", "tiny", "--no-compile",
-                       "--out-dir", str(run_dir / "out"), "--state-dir", str(run_dir / "state")]}
-    procs = {name: start(argvs[command], stdout=subprocess.PIPE)
-             for name, (command, _) in INTERRUPTS.items()}
+    argvs = {
+        "decode": ["decode", *pair, "--max-new-tokens", "480"],
+        "train": [
+            "train",
+            "--preset",
+            "tiny",
+            "--no-compile",
+            "--out-dir",
+            str(run_dir / "out"),
+            "--state-dir",
+            str(run_dir / "state"),
+        ],
+    }
+    procs = {
+        name: start(argvs[command], stdout=subprocess.PIPE)
+        for name, (command, _) in INTERRUPTS.items()
+    }
     with open("/dev/full", "w") as full:
         reader = start(argvs["decode"], stdout=subprocess.PIPE)
         disk_full = start(argvs["decode"], stdout=full)
-        closed = subprocess.Popen(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m",
-                                   "minispec", "decode", *pair, "--max-new-tokens", "8", "--json"],
-                                  cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        closed = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                'exec "$@" >&-',
+                "sh",
+                sys.executable,
+                "-m",
+                "minispec",
+                "decode",
+                *pair,
+                "--max-new-tokens",
+                "8",
+                "--json",
+            ],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     for name, (_, moment) in INTERRUPTS.items():
         moment(procs[name])
         with contextlib.suppress(ProcessLookupError):  # it ended first: the test below says so

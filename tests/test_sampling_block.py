@@ -34,6 +34,7 @@ def _constant(distribution):
 def _random_tables(rng: np.random.Generator, vocab: int, num_drafts: int, one_hot: bool = False):
     """Mb for every prefix of length <= K and Ms for every prefix of length < K, with random
     small-integer weights (zeros included) as exact fractions."""
+
     def table(length, one_hot):
         rows = {}
         for n in range(length + 1):
@@ -44,28 +45,34 @@ def _random_tables(rng: np.random.Generator, vocab: int, num_drafts: int, one_ho
                     weights = np.eye(vocab, dtype=int)[rng.integers(vocab)]
                 rows[prefix] = [Fraction(int(w), int(weights.sum())) for w in weights]
         return rows
+
     target, draft = table(num_drafts, False), table(num_drafts - 1, one_hot)
     return target.__getitem__, draft.__getitem__
 
 
-INSTANCES = [(k, *_random_tables(np.random.default_rng(seed), 3, k))
-             for k in (2, 3) for seed in range(8)]
+INSTANCES = [
+    (k, *_random_tables(np.random.default_rng(seed), 3, k)) for k in (2, 3) for seed in range(8)
+]
 
 
 def _exact(target, draft, num_drafts, vocab, rule, stop=None) -> bool:
     law = exact_law.round_law(target, draft, num_drafts, vocab, rule, stop)
     return exact_law.completed_law(law, target, num_drafts + 1) == exact_law.target_law(
-        target, num_drafts + 1)
+        target, num_drafts + 1
+    )
 
 
 # --- 1. exact arithmetic ------------------------------------------------------------------------
+
 
 def test_toy_example():
     """V = {a, b}, Mb = (1/3, 2/3), Ms = (2/3, 1/3), gamma = 2: 10/9 accepted drafts token-wise,
     11/9 with block verification, 12/9 at the optimum. So K = 2 is not a degenerate case."""
     target, draft = _constant(TOY_MB), _constant(TOY_MS)
-    accepted = {name: exact_law.expected_accepted(exact_law.round_law(target, draft, 2, 2, rule))
-                for name, rule in exact_law.RULES.items()}
+    accepted = {
+        name: exact_law.expected_accepted(exact_law.round_law(target, draft, 2, 2, rule))
+        for name, rule in exact_law.RULES.items()
+    }
     assert accepted == {"standard": Fraction(10, 9), "block": Fraction(11, 9)}
     assert exact_law.optimum_accepted(target, draft, 2, 2) == Fraction(12, 9)
     assert all(_exact(target, draft, 2, 2, rule) for rule in exact_law.RULES.values())
@@ -80,9 +87,10 @@ def test_random_tables_have_exactly_the_target_law(method):
 def test_block_dominates_token_wise_and_is_bounded_by_the_optimum():
     gains = []
     for num_drafts, target, draft in INSTANCES:
-        block, token_wise = (exact_law.expected_accepted(
-            exact_law.round_law(target, draft, num_drafts, 3, rule))
-            for rule in (exact_law.block, exact_law.token_wise))
+        block, token_wise = (
+            exact_law.expected_accepted(exact_law.round_law(target, draft, num_drafts, 3, rule))
+            for rule in (exact_law.block, exact_law.token_wise)
+        )
         assert token_wise <= block <= exact_law.optimum_accepted(target, draft, num_drafts, 3)
         gains.append(block - token_wise)
     assert sum(g > 0 for g in gains) >= len(gains) // 2  # a strict gain on most instances
@@ -92,13 +100,15 @@ def test_one_hot_drafts_gain_nothing():
     """A deterministic drafter: block's p_i is the product of per-token acceptances, so both
     rules accept equally often (this is why the sampler runs the token-wise rule then)."""
     for seed, num_drafts in product(range(6), (2, 3)):
-        target, draft = _random_tables(np.random.default_rng(100 + seed), 3, num_drafts,
-                                       one_hot=True)
-        laws = [exact_law.round_law(target, draft, num_drafts, 3, rule)
-                for rule in (exact_law.block, exact_law.token_wise)]
+        target, draft = _random_tables(
+            np.random.default_rng(100 + seed), 3, num_drafts, one_hot=True
+        )
+        laws = [
+            exact_law.round_law(target, draft, num_drafts, 3, rule)
+            for rule in (exact_law.block, exact_law.token_wise)
+        ]
         assert exact_law.expected_accepted(laws[0]) == exact_law.expected_accepted(laws[1])
-        assert all(_exact(target, draft, num_drafts, 3, rule)
-                   for rule in exact_law.RULES.values())
+        assert all(_exact(target, draft, num_drafts, 3, rule) for rule in exact_law.RULES.values())
 
 
 @pytest.mark.parametrize("method", exact_law.RULES)
@@ -113,9 +123,15 @@ def test_early_stops_are_exact(method):
 
 def _standard_residual(target, draft, drafts):
     """Mutant: block's tau with the token-wise residual max(Mb - Ms, 0) (not p_tau Mb - Ms)."""
-    return [(keep, exact_law.residual(1, target(drafts[:t]), draft(drafts[:t]))
-             if t < len(drafts) else weights)
-            for t, (keep, weights) in enumerate(exact_law.block(target, draft, drafts))]
+    return [
+        (
+            keep,
+            exact_law.residual(1, target(drafts[:t]), draft(drafts[:t]))
+            if t < len(drafts)
+            else weights,
+        )
+        for t, (keep, weights) in enumerate(exact_law.block(target, draft, drafts))
+    ]
 
 
 def _first_failure(target, draft, drafts):
@@ -142,17 +158,22 @@ def test_mutants_are_not_exact(mutant):
     toy_exact = _exact(_constant(TOY_MB), _constant(TOY_MS), 2, 2, rule)
     assert toy_exact == (mutant == "standard residual")
     for num_drafts in (2, 3):
-        assert any(not _exact(target, draft, k, 3, rule)
-                   for k, target, draft in INSTANCES if k == num_drafts)
+        assert any(
+            not _exact(target, draft, k, 3, rule)
+            for k, target, draft in INSTANCES
+            if k == num_drafts
+        )
 
 
 # --- 2. compiled == reference ---------------------------------------------------------------------
 
+
 def _short(batch: dict, gen: torch.Generator) -> dict:
     """The batch with random num_draft_tokens in [0, K] and the placeholder past them."""
     num_drafts = torch.randint(0, K + 1, (len(batch["draft_token_ids"]),), generator=gen)
-    ids = batch["draft_token_ids"].masked_fill(torch.arange(K) >= num_drafts[:, None],
-                                               PLACEHOLDER_TOKEN_ID)
+    ids = batch["draft_token_ids"].masked_fill(
+        torch.arange(K) >= num_drafts[:, None], PLACEHOLDER_TOKEN_ID
+    )
     return dict(batch, draft_token_ids=ids, num_draft_tokens=num_drafts)
 
 
@@ -193,14 +214,20 @@ def test_a_row_without_drafts_emits_one_token_from_p(method):
     logits = torch.full((1, K + 1, 4), float("-inf"))
     logits[0, :, 2] = 0.0
     q = torch.full((1, K, 4), 0.25)
-    out = all_implementations(logits, torch.full((1, K), PLACEHOLDER_TOKEN_ID), q,
-                              uniforms=torch.zeros(1, K, dtype=torch.float64),
-                              exponentials=torch.ones(1, 4), method=method,
-                              num_draft_tokens=torch.tensor([0]))
+    out = all_implementations(
+        logits,
+        torch.full((1, K), PLACEHOLDER_TOKEN_ID),
+        q,
+        uniforms=torch.zeros(1, K, dtype=torch.float64),
+        exponentials=torch.ones(1, 4),
+        method=method,
+        num_draft_tokens=torch.tensor([0]),
+    )
     assert out.token_ids.tolist() == [[2, -1, -1, -1]] and out.num_accepted.tolist() == [0]
 
 
 # --- 3. through the compiled sampler -------------------------------------------------------------
+
 
 def _laws(case: Case, rule) -> tuple[np.ndarray, dict]:
     """The accepted-length law of ``case`` under ``rule`` (float64 enumeration) and its law of
@@ -228,8 +255,11 @@ def _check(cases: list[Case], tally: Tally, rule=exact_law.block) -> FrequencyCh
 
 
 TOY = Case("toy example", [[1 / 3, 2 / 3]] * (K + 1), [[2 / 3, 1 / 3]] * K, stop="two drafts")
-SHORT_CASES = [TOY, Case("stop after a 0", CASES[1].p, CASES[1].q, stop="after a 0"),
-               Case("no drafts", CASES[1].p, CASES[1].q, draws=50_000, stop="no drafts")]
+SHORT_CASES = [
+    TOY,
+    Case("stop after a 0", CASES[1].p, CASES[1].q, stop="after a 0"),
+    Case("no drafts", CASES[1].p, CASES[1].q, draws=50_000, stop="no drafts"),
+]
 
 
 def test_block_output_follows_target_and_length_law():
@@ -245,8 +275,9 @@ def test_block_output_follows_target_and_length_law():
 
 @pytest.fixture(scope="module")
 def short_tallies() -> dict:
-    return {method: _run(SHORT_CASES, one_hot=False, method=method)
-            for method in ("standard", "block")}
+    return {
+        method: _run(SHORT_CASES, one_hot=False, method=method) for method in ("standard", "block")
+    }
 
 
 @pytest.mark.parametrize("method", ["standard", "block"])

@@ -13,11 +13,13 @@ from tests._stats import LARGE, SMALL, all_implementations, pad_to_shape
 K, V = SMALL["drafts"], SMALL["vocab"]
 
 
-def _random_batch(gen: torch.Generator, batch_size: int, num_drafts: int, vocab_size: int,
-                  filters: bool) -> dict:
+def _random_batch(
+    gen: torch.Generator, batch_size: int, num_drafts: int, vocab_size: int, filters: bool
+) -> dict:
     """Rows of every kind at once: greedy and random rows, several temperatures, per-row top-k
     and top-p (0 and 1.0 meaning off), logits with -inf entries, drafts q with zeros, drafts
     outside q's support, q equal to p, and injected edge randomness (u = 0, E = 0 or inf)."""
+
     def rand(*shape, dtype=torch.float32):
         return torch.rand(*shape, generator=gen, dtype=dtype)
 
@@ -45,8 +47,14 @@ def _random_batch(gen: torch.Generator, batch_size: int, num_drafts: int, vocab_
     exponentials = torch.empty(batch_size, vocab_size).exponential_(generator=gen)
     exponentials[rand(exponentials.shape) < 0.05] = 0.0
     exponentials[rand(exponentials.shape) < 0.05] = float("inf")
-    batch = dict(target_logits=logits, draft_token_ids=drafts, draft_probs=q,
-                 uniforms=uniforms, exponentials=exponentials, temperature=temperature)
+    batch = dict(
+        target_logits=logits,
+        draft_token_ids=drafts,
+        draft_probs=q,
+        uniforms=uniforms,
+        exponentials=exponentials,
+        temperature=temperature,
+    )
     if filters:
         top_k = torch.randint(0, vocab_size, (batch_size,), generator=gen)
         top_p = torch.where(rand(batch_size) < 0.3, 1.0, rand(batch_size, dtype=torch.float64))
@@ -90,19 +98,32 @@ def test_no_graph_breaks():
     gen = torch.Generator().manual_seed(5)
     batch = _random_batch(gen, 4, K, V, filters=True)
     params = sampling.constraints.normalize_params(
-        batch["temperature"], batch["top_k"], batch["top_p"], 4, torch.device("cpu"))
+        batch["temperature"], batch["top_k"], batch["top_p"], 4, torch.device("cpu")
+    )
     num_drafts = torch.tensor([0, 1, 2, K])
-    variants = [(draft_probs, filters, short, "standard")
-                for draft_probs in (batch["draft_probs"], None)
-                for filters in ((params.top_k, params.top_p), (None, None))
-                for short in (None, num_drafts)]
-    variants += [(batch["draft_probs"], (None, None), short, "block")
-                 for short in (None, num_drafts)]
+    variants = [
+        (draft_probs, filters, short, "standard")
+        for draft_probs in (batch["draft_probs"], None)
+        for filters in ((params.top_k, params.top_p), (None, None))
+        for short in (None, num_drafts)
+    ]
+    variants += [
+        (batch["draft_probs"], (None, None), short, "block") for short in (None, num_drafts)
+    ]
     for draft_probs, filters, short, method in variants:
         explained = torch._dynamo.explain(_rejection_core)(
-            batch["target_logits"], batch["draft_token_ids"], draft_probs, params.temperature,
-            *filters, batch["uniforms"], batch["exponentials"], short, method)
+            batch["target_logits"],
+            batch["draft_token_ids"],
+            draft_probs,
+            params.temperature,
+            *filters,
+            batch["uniforms"],
+            batch["exponentials"],
+            short,
+            method,
+        )
         assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     explained = torch._dynamo.explain(_sample_core)(
-        batch["target_logits"][:, 0], *params, batch["exponentials"])
+        batch["target_logits"][:, 0], *params, batch["exponentials"]
+    )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)

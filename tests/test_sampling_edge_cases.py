@@ -23,7 +23,8 @@ def _inputs(target_probs, draft_probs, drafts, *, u=0.5, noise=1.0):
         draft_token_ids=torch.tensor([drafts]),
         draft_probs=None if draft_probs is None else torch.tensor([draft_probs]).float(),
         uniforms=torch.as_tensor(u, dtype=torch.float64).expand(1, K).contiguous(),
-        exponentials=torch.as_tensor(noise, dtype=torch.float32).expand(1, vocab_size).contiguous())
+        exponentials=torch.as_tensor(noise, dtype=torch.float32).expand(1, vocab_size).contiguous(),
+    )
 
 
 def test_zero_target_probability_is_never_emitted_even_with_u_zero():
@@ -32,8 +33,7 @@ def test_zero_target_probability_is_never_emitted_even_with_u_zero():
     p = [0.0, 0.5, 0.5, 0.0]
     q = [0.7, 0.1, 0.1, 0.1]
     for noise in (1.0, [0.0, 1.0, 1.0, 0.0], [INF, 1.0, 1.0, INF], [0.0, INF, INF, 0.0]):
-        out = all_implementations(**_inputs([p] * (K + 1), [q] * K, [0, 0, 0], u=0.0,
-                                            noise=noise))
+        out = all_implementations(**_inputs([p] * (K + 1), [q] * K, [0, 0, 0], u=0.0, noise=noise))
         assert out.num_accepted.item() == 0
         assert out.token_ids[0, 0].item() in (1, 2)
         out = all_implementations(**_inputs([p] * (K + 1), None, [3, 3, 3], u=0.0, noise=noise))
@@ -45,11 +45,13 @@ def test_exponentials_zero_or_inf_give_no_nan_and_no_zero_weight_token():
     any zero weight. The bonus row here is p = [0, 0.2, 0.8, 0] with every draft accepted."""
     p = [0.0, 0.2, 0.8, 0.0]
     accept_all = _inputs([p] * (K + 1), None, [2, 2, 2], u=0.0)  # p(2) = 0.8 >= 0
-    for noise, bonus in [([0.0, 1.0, 1.0, 0.0], 2),   # 0.8 / 1 beats 0.2 / 1
-                         ([1.0, 0.0, 1.0, 1.0], 1),    # E = 0 at token 1: score inf wins
-                         ([0.0, INF, INF, 0.0], 1),    # scores 0 tie: the first positive
-                         ([INF, INF, 0.0, 0.0], 2),    # E = 0 at a zero weight never wins
-                         ([0.0, 0.0, 0.0, 0.0], 1)]:   # scores inf tie: the first positive
+    for noise, bonus in [
+        ([0.0, 1.0, 1.0, 0.0], 2),  # 0.8 / 1 beats 0.2 / 1
+        ([1.0, 0.0, 1.0, 1.0], 1),  # E = 0 at token 1: score inf wins
+        ([0.0, INF, INF, 0.0], 1),  # scores 0 tie: the first positive
+        ([INF, INF, 0.0, 0.0], 2),  # E = 0 at a zero weight never wins
+        ([0.0, 0.0, 0.0, 0.0], 1),
+    ]:  # scores inf tie: the first positive
         accept_all["exponentials"] = torch.tensor([noise])
         out = all_implementations(**accept_all)
         assert out.token_ids.tolist() == [[2, 2, 2, bonus]]
@@ -60,8 +62,9 @@ def test_residual_without_mass_falls_back_to_p():
     all zero, so the corrective token is drawn from p."""
     p = [0.0, 0.0, 1.0]
     out = all_implementations(**_inputs([p] * (K + 1), [p] * K, [1, 2, 2]))
-    assert out.token_ids.tolist() == [[2, PLACEHOLDER_TOKEN_ID, PLACEHOLDER_TOKEN_ID,
-                                       PLACEHOLDER_TOKEN_ID]]
+    assert out.token_ids.tolist() == [
+        [2, PLACEHOLDER_TOKEN_ID, PLACEHOLDER_TOKEN_ID, PLACEHOLDER_TOKEN_ID]
+    ]
     assert out.num_accepted.tolist() == [0]
 
 
@@ -89,6 +92,7 @@ def test_output_layout():
 
 # --- greedy rows ------------------------------------------------------------------------------
 
+
 def _greedy_logits(argmaxes, vocab_size=7, seed=0):
     """Random logits per position whose argmax is the given token."""
     gen = torch.Generator().manual_seed(seed)
@@ -103,10 +107,13 @@ def _greedy(argmaxes_per_row, drafts_per_row, draft_probs=None, temperature=0.0)
     batch_size, num_drafts = len(drafts_per_row), len(drafts_per_row[0])
     gen = torch.Generator().manual_seed(9)
     return all_implementations(
-        logits, torch.tensor(drafts_per_row), draft_probs,
+        logits,
+        torch.tensor(drafts_per_row),
+        draft_probs,
         uniforms=torch.rand(batch_size, num_drafts, dtype=torch.float64, generator=gen),
         exponentials=torch.empty(batch_size, logits.shape[-1]).exponential_(generator=gen),
-        temperature=temperature)
+        temperature=temperature,
+    )
 
 
 def test_greedy_perfect_match_takes_the_bonus():
@@ -123,8 +130,7 @@ def test_greedy_rows_with_different_outcomes():
     argmaxes = [[4, 1, 6, 2], [0, 0, 0, 0], [5, 5, 1, 3], [2, 6, 6, 6]]
     drafts = [[4, 1, 6], [1, 0, 0], [5, 5, 0], [2, 6, 1]]
     out = _greedy(argmaxes, drafts)
-    assert out.token_ids.tolist() == [[4, 1, 6, 2], [0, -1, -1, -1], [5, 5, 1, -1],
-                                      [2, 6, 6, -1]]
+    assert out.token_ids.tolist() == [[4, 1, 6, 2], [0, -1, -1, -1], [5, 5, 1, -1], [2, 6, 6, -1]]
     assert out.num_accepted.tolist() == [3, 0, 2, 2]
 
 
@@ -133,16 +139,18 @@ def test_greedy_ignores_q_and_the_randomness():
     argmaxes, drafts = [[4, 1, 6, 2], [0, 0, 0, 0]], [[4, 1, 5], [3, 0, 0]]
     q = torch.softmax(torch.randn(2, K, 7, generator=torch.Generator().manual_seed(3)), -1)
     q[0, 2, 5] = 0.0  # even q(x) = 0 does not matter: the rule is argmax equality
-    assert torch.equal(_greedy(argmaxes, drafts, q).token_ids,
-                       _greedy(argmaxes, drafts).token_ids)
+    assert torch.equal(_greedy(argmaxes, drafts, q).token_ids, _greedy(argmaxes, drafts).token_ids)
 
 
 def test_greedy_ties_go_to_the_first_index():
     """Like torch.argmax: a draft that ties the maximum at a later index is rejected."""
     logits = torch.zeros(1, K + 1, 5)
     logits[..., 1] = logits[..., 3] = 2.0
-    kwargs = dict(uniforms=torch.zeros(1, K, dtype=torch.float64),
-                  exponentials=torch.ones(1, 5), temperature=0.0)
+    kwargs = dict(
+        uniforms=torch.zeros(1, K, dtype=torch.float64),
+        exponentials=torch.ones(1, 5),
+        temperature=0.0,
+    )
     out = all_implementations(logits, torch.tensor([[1, 3, 1]]), **kwargs)
     assert out.token_ids.tolist() == [[1, 1, -1, -1]]
 
@@ -167,6 +175,7 @@ def test_mixed_greedy_and_random_rows():
 
 # --- top-k and top-p ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("one_hot", [False, True], ids=["probabilistic", "one-hot"])
 def test_emitted_tokens_stay_in_the_kept_set(one_hot):
     """Random logits, per-row temperature, top-k and top-p, 3000 rounds: every emitted token
@@ -180,13 +189,23 @@ def test_emitted_tokens_stay_in_the_kept_set(one_hot):
     q = torch.softmax(torch.randn(batch_size, K, vocab_size, generator=gen), -1)
     drafts = torch.multinomial(q.view(-1, vocab_size), 1, generator=gen).view(batch_size, K)
     out = all_implementations(
-        logits, drafts, None if one_hot else q, temperature=temperature, top_k=top_k,
-        top_p=top_p, uniforms=torch.rand(batch_size, K, dtype=torch.float64, generator=gen),
-        exponentials=torch.empty(batch_size, vocab_size).exponential_(generator=gen))
+        logits,
+        drafts,
+        None if one_hot else q,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        uniforms=torch.rand(batch_size, K, dtype=torch.float64, generator=gen),
+        exponentials=torch.empty(batch_size, vocab_size).exponential_(generator=gen),
+    )
     rows, positions = torch.nonzero(out.token_ids >= 0, as_tuple=True)
     for b, j in zip(rows.tolist(), positions.tolist()):
-        kept = constrained_probs(logits[b, j].double().exp().numpy(), float(temperature[b]),
-                                 int(top_k[b]), float(top_p[b]))
+        kept = constrained_probs(
+            logits[b, j].double().exp().numpy(),
+            float(temperature[b]),
+            int(top_k[b]),
+            float(top_p[b]),
+        )
         assert kept[out.token_ids[b, j]] > 0, (b, j)
     assert len(rows) > batch_size  # some drafts were accepted, so this covers later positions
     assert math.isfinite(float(out.num_accepted.float().mean()))

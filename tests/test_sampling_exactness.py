@@ -31,8 +31,8 @@ SEED_Q = [0.30, 0.40, 0.10, 0.15, 0.05]
 @dataclass
 class Case:
     name: str
-    p: list       # K + 1 raw target distributions (before temperature/top-k/top-p)
-    q: list       # K draft distributions
+    p: list  # K + 1 raw target distributions (before temperature/top-k/top-p)
+    q: list  # K draft distributions
     draws: int = DRAWS
     temperature: float = 1.0
     top_k: int = 0
@@ -44,8 +44,9 @@ class Case:
         pad = lambda d: np.pad(np.asarray(d, dtype=np.float64), (0, V - len(d)))  # noqa: E731
         self.p = [pad(d) for d in self.p]
         self.q = [pad(d) for d in self.q]
-        self.target = [constrained_probs(p, self.temperature, self.top_k, self.top_p)
-                       for p in self.p]
+        self.target = [
+            constrained_probs(p, self.temperature, self.top_k, self.top_p) for p in self.p
+        ]
 
     @property
     def filtered(self) -> bool:
@@ -76,12 +77,21 @@ def _cases() -> list[Case]:
         Case("one-hot q where p is 0", [[0.5, 0.5]] * (K + 1), same([0, 0, 0, 0, 0, 1.0])),
         Case("one-hot p", [[0, 1.0]] * (K + 1), same(q8)),
         Case("temperature 2", [raw] * (K + 1), same(q8), temperature=2.0),
-        Case("chain of different pairs", [_random(rng, 12) for _ in range(K + 1)],
-             [_random(rng, 12, zeros=2) for _ in range(K)]),
+        Case(
+            "chain of different pairs",
+            [_random(rng, 12) for _ in range(K + 1)],
+            [_random(rng, 12, zeros=2) for _ in range(K)],
+        ),
         Case("top-k 3", [raw] * (K + 1), same(q8), top_k=3),
         Case("top-p 0.6", [raw] * (K + 1), same(q8), top_p=0.6),
-        Case("T 0.7, top-k 5, top-p 0.8", [raw] * (K + 1), same(p8), temperature=0.7,
-             top_k=5, top_p=0.8),
+        Case(
+            "T 0.7, top-k 5, top-p 0.8",
+            [raw] * (K + 1),
+            same(p8),
+            temperature=0.7,
+            top_k=5,
+            top_p=0.8,
+        ),
     ]
 
 
@@ -91,18 +101,21 @@ CASES = _cases()
 # drafts [N, K] -> num_draft_tokens [N]). They depend on the drafts only, never on the
 # verification's noise, as exactness requires.
 STOPS = {
-    "after a 0": (lambda prefix: bool(prefix) and prefix[-1] == 0,
-                  lambda drafts: torch.where((drafts == 0).any(-1),
-                                             (drafts == 0).long().argmax(-1) + 1, K)),
-    "two drafts": (lambda prefix: len(prefix) == 2,
-                   lambda drafts: torch.full_like(drafts[:, 0], 2)),
+    "after a 0": (
+        lambda prefix: bool(prefix) and prefix[-1] == 0,
+        lambda drafts: torch.where((drafts == 0).any(-1), (drafts == 0).long().argmax(-1) + 1, K),
+    ),
+    "two drafts": (
+        lambda prefix: len(prefix) == 2,
+        lambda drafts: torch.full_like(drafts[:, 0], 2),
+    ),
     "no drafts": (lambda prefix: True, lambda drafts: torch.zeros_like(drafts[:, 0])),
 }
 
 
 @dataclass
 class Tally:
-    counts: np.ndarray    # [cases, K + 1, V]: emitted token counts per position
+    counts: np.ndarray  # [cases, K + 1, V]: emitted token counts per position
     accepted: np.ndarray  # [cases, K + 1]: counts of n = 0..K
 
 
@@ -121,15 +134,23 @@ def _run(cases: list[Case], one_hot: bool, method: str = "standard") -> Tally:
     # gives identical output.
     greedy_drafts = q.argmax(-1)
     one_hot_q = F.one_hot(greedy_drafts, V).float()
-    params = {name: torch.tensor([getattr(c, name) for c in cases], dtype=dtype)
-              for name, dtype in [("temperature", torch.float32), ("top_k", torch.int64),
-                                  ("top_p", torch.float64)]}
-    filters = {} if not any(c.filtered for c in cases) else {
-        "top_k": params["top_k"], "top_p": params["top_p"]}
+    params = {
+        name: torch.tensor([getattr(c, name) for c in cases], dtype=dtype)
+        for name, dtype in [
+            ("temperature", torch.float32),
+            ("top_k", torch.int64),
+            ("top_p", torch.float64),
+        ]
+    }
+    filters = (
+        {}
+        if not any(c.filtered for c in cases)
+        else {"top_k": params["top_k"], "top_p": params["top_p"]}
+    )
     counts = torch.zeros(len(cases), K + 1, V, dtype=torch.int64)
     accepted = torch.zeros(len(cases), K + 1, dtype=torch.int64)
     for start in range(0, len(case_of_row), CHUNK):
-        case = case_of_row[start:start + CHUNK]
+        case = case_of_row[start : start + CHUNK]
         valid = len(case)
         case = torch.cat([case, case[:1].expand(CHUNK - valid)])  # pad the last chunk
         if one_hot:
@@ -143,21 +164,26 @@ def _run(cases: list[Case], one_hot: bool, method: str = "standard") -> Tally:
             for i, c in enumerate(cases):
                 if c.stop:
                     num_drafts[case == i] = STOPS[c.stop][1](drafts[case == i])
-            drafts = drafts.masked_fill(torch.arange(K) >= num_drafts[:, None],
-                                        sampling.PLACEHOLDER_TOKEN_ID)
+            drafts = drafts.masked_fill(
+                torch.arange(K) >= num_drafts[:, None], sampling.PLACEHOLDER_TOKEN_ID
+            )
             short = dict(num_draft_tokens=num_drafts)
         out = sampling.rejection_sample(
-            logits[case], drafts, draft_probs, temperature=params["temperature"][case],
+            logits[case],
+            drafts,
+            draft_probs,
+            temperature=params["temperature"][case],
             **{name: value[case] for name, value in filters.items()},
             uniforms=torch.rand(CHUNK, K, dtype=torch.float64, generator=gen),
-            exponentials=torch.empty(CHUNK, V).exponential_(generator=gen), method=method,
-            **short)
+            exponentials=torch.empty(CHUNK, V).exponential_(generator=gen),
+            method=method,
+            **short,
+        )
         case, tokens, n = case[:valid], out.token_ids[:valid], out.num_accepted[:valid]
         emitted = tokens >= 0
         cell = (case[:, None] * (K + 1) + torch.arange(K + 1)) * V + tokens
         counts += torch.bincount(cell[emitted], minlength=counts.numel()).view_as(counts)
-        accepted += torch.bincount(case * (K + 1) + n,
-                                   minlength=accepted.numel()).view_as(accepted)
+        accepted += torch.bincount(case * (K + 1) + n, minlength=accepted.numel()).view_as(accepted)
     return Tally(counts.numpy(), accepted.numpy())
 
 
@@ -181,8 +207,11 @@ def _check(cases: list[Case], tally: Tally, one_hot: bool) -> FrequencyCheck:
         for j in range(K + 1):
             if tally.counts[i, j].sum():
                 check.add(f"{case.name}, position {j}", tally.counts[i, j], case.target[j])
-        check.add(f"{case.name}, accepted-length law", tally.accepted[i],
-                  _length_law(_acceptance(case, one_hot)))
+        check.add(
+            f"{case.name}, accepted-length law",
+            tally.accepted[i],
+            _length_law(_acceptance(case, one_hot)),
+        )
     return check
 
 
@@ -285,8 +314,12 @@ def test_large_vocabulary():
             drafts = torch.searchsorted(q_cdf, u, right=True)
             noise[:, noisy] = torch.empty(rows, len(noisy)).exponential_(generator=gen)
             out = sampling.rejection_sample(
-                logits, drafts, q_rows, exponentials=noise,
-                uniforms=torch.rand(rows, 1, dtype=torch.float64, generator=gen))
+                logits,
+                drafts,
+                q_rows,
+                exponentials=noise,
+                uniforms=torch.rand(rows, 1, dtype=torch.float64, generator=gen),
+            )
             for j in range(2):
                 emitted = out.token_ids[:, j][out.token_ids[:, j] >= 0]
                 counts[j] += np.bincount(emitted.numpy(), minlength=vocab)

@@ -23,15 +23,18 @@ def test_sample_follows_its_probabilities_with_mixed_rows():
     kind = torch.arange(rows) % len(kinds)
     param = lambda i, dtype: torch.tensor([k[i] for k in kinds], dtype=dtype)[kind]  # noqa: E731
     gen = torch.Generator().manual_seed(6)
-    out = sample(as_logits(raw).expand(rows, V), temperature=param(0, torch.float32),
-                 top_k=param(1, torch.int64), top_p=param(2, torch.float64),
-                 exponentials=torch.empty(rows, V).exponential_(generator=gen))
+    out = sample(
+        as_logits(raw).expand(rows, V),
+        temperature=param(0, torch.float32),
+        top_k=param(1, torch.int64),
+        top_p=param(2, torch.float64),
+        exponentials=torch.empty(rows, V).exponential_(generator=gen),
+    )
     check = FrequencyCheck()
     for i, (temperature, top_k, top_p) in enumerate(kinds[:2]):
         expected = constrained_probs(raw, temperature, top_k, top_p)
         assert np.abs(out.probs[i].double().numpy() - expected).max() < 1e-6
-        check.add(f"kind {i}", np.bincount(out.token_ids[kind == i].numpy(), minlength=V),
-                  expected)
+        check.add(f"kind {i}", np.bincount(out.token_ids[kind == i].numpy(), minlength=V), expected)
     assert check.failures() == []
     greedy = kind == 2
     assert (out.token_ids[greedy] == int(np.argmax(raw))).all()
@@ -51,8 +54,9 @@ def test_sample_without_filters_matches_eager_and_its_law():
     assert torch.equal(out.token_ids, eager.token_ids)
     assert torch.allclose(out.probs, eager.probs, rtol=1e-6, atol=1e-9)
     check = FrequencyCheck()
-    check.add("T = 0.8", np.bincount(out.token_ids.numpy(), minlength=V),
-              constrained_probs(raw, 0.8))
+    check.add(
+        "T = 0.8", np.bincount(out.token_ids.numpy(), minlength=V), constrained_probs(raw, 0.8)
+    )
     assert check.failures() == []
 
 

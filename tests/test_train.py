@@ -1,4 +1,5 @@
-"""Offline training: a short run of the tiny preset learns, and an interrupted run resumes exactly."""
+"""Offline training: a short tiny-preset run learns, and an interrupted run resumes exactly."""
+
 from __future__ import annotations
 
 import json
@@ -41,21 +42,39 @@ def synthetic_corpus() -> Corpus:
     ids = [t for doc in docs for t in (BOS_TOKEN_ID, *doc, EOS_TOKEN_ID)]
     split = len(ids) * 9 // 10
     as_tensor = lambda part: torch.tensor(part, dtype=torch.int16)  # noqa: E731
-    return Corpus(as_tensor(ids[:split]), as_tensor(ids[split:]), fingerprint="synthetic", num_files=600)
+    return Corpus(
+        as_tensor(ids[:split]), as_tensor(ids[split:]), fingerprint="synthetic", num_files=600
+    )
 
 
 def run_train(monkeypatch: pytest.MonkeyPatch, corpus: Corpus, tmp: Path, *extra: str) -> int:
     monkeypatch.setattr(train, "load_corpus", lambda: corpus)
-    return train.main(["--preset", "tiny", "--out-dir", str(tmp / "out"), "--state-dir", str(tmp / "state"),
-                       "--no-compile", *extra])
+    return train.main(
+        [
+            "--preset",
+            "tiny",
+            "--out-dir",
+            str(tmp / "out"),
+            "--state-dir",
+            str(tmp / "state"),
+            "--no-compile",
+            *extra,
+        ]
+    )
 
 
-def test_short_tiny_run_reduces_the_loss(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
-                                         tmp_path: Path, stdlib_corpus: Corpus) -> None:
+def test_short_tiny_run_reduces_the_loss(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    tmp_path: Path,
+    stdlib_corpus: Corpus,
+) -> None:
     seq_len = train.SCHEDULES["tiny"]["target"].seq_len
     # An untrained model is close to uniform, so "reduces" is measured from ~8 bits/byte.
     torch.manual_seed(0)
-    untrained = train.held_out_bits_per_byte(GPT(PRESETS["tiny"]["target"]), stdlib_corpus.held_out, seq_len, 64)
+    untrained = train.held_out_bits_per_byte(
+        GPT(PRESETS["tiny"]["target"]), stdlib_corpus.held_out, seq_len, 64
+    )
     assert abs(untrained - UNIFORM_BITS) < 0.3
 
     assert run_train(monkeypatch, stdlib_corpus, tmp_path) == 0
@@ -68,40 +87,62 @@ def test_short_tiny_run_reduces_the_loss(monkeypatch: pytest.MonkeyPatch, capsys
         assert meta["seed"] == "1234" and meta["role"] == role
         assert meta["train_command"].startswith("python -m minispec train --preset tiny")
         steps = train.SCHEDULES["tiny"][role].steps
-        line = rf"\[{role}\] step {steps}/{steps} \| [\d.]+M bytes \| train [\d.]+ bits/byte \| held-out [\d.]+"
+        line = (
+            rf"\[{role}\] step {steps}/{steps} \| [\d.]+M bytes \| "
+            r"train [\d.]+ bits/byte \| held-out [\d.]+"
+        )
         assert re.search(line + r" \| [\d,]+ tok/s \| ETA 0m00s", out)
         assert (tmp_path / "state" / f"{role}.state.safetensors").is_file()
         # The same records, as JSON lines beside the state: one per 10 steps, held-out every 10.
-        records = [json.loads(x) for x in (tmp_path / "state" / f"{role}.log.jsonl").read_text().splitlines()]
+        records = [
+            json.loads(x)
+            for x in (tmp_path / "state" / f"{role}.log.jsonl").read_text().splitlines()
+        ]
         assert [r["step"] for r in records] == list(range(10, steps + 1, 10))
         assert all(r["heldout_bpb"] is not None for r in records)
         seq = train.SCHEDULES["tiny"][role]
         assert records[-1]["bytes_seen"] == steps * seq.batch_size * seq.seq_len
         assert records[-1]["heldout_bpb"] < records[0]["heldout_bpb"]
-    train_bits = [float(x) for x in re.findall(r"\[target\] step \d+/\d+ \| [\d.]+M bytes \| train ([\d.]+)", out)]
+    train_bits = [
+        float(x)
+        for x in re.findall(r"\[target\] step \d+/\d+ \| [\d.]+M bytes \| train ([\d.]+)", out)
+    ]
     assert train_bits[-1] < 0.75 * UNIFORM_BITS
-    curve = next((tmp_path / "out").glob("loss_curve.*"))  # a PNG with matplotlib, a text chart without
+    curve = next(
+        (tmp_path / "out").glob("loss_curve.*")
+    )  # a PNG with matplotlib, a text chart without
     assert curve.stat().st_size > 0
 
 
 RESUME_SCHEDULES = {
-    "tiny": {"target": Schedule(steps=12, batch_size=2, seq_len=32, lr=3e-3, warmup=3, save_every=5),
-             "draft": Schedule(steps=8, batch_size=2, seq_len=32, lr=3e-3, warmup=3, distill_weight=0.8,
-                               save_every=5)},
+    "tiny": {
+        "target": Schedule(steps=12, batch_size=2, seq_len=32, lr=3e-3, warmup=3, save_every=5),
+        "draft": Schedule(
+            steps=8, batch_size=2, seq_len=32, lr=3e-3, warmup=3, distill_weight=0.8, save_every=5
+        ),
+    },
 }
 
 
 @pytest.mark.parametrize("role, cut_at, saved_at", [("target", 7, 5), ("draft", 6, 5)])
 def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
-        role: str, cut_at: int, saved_at: int) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    tmp_path: Path,
+    role: str,
+    cut_at: int,
+    saved_at: int,
+) -> None:
     """Batches are a function of (seed, step) and the state holds the AdamW moments, so an
     interrupted-then-resumed run must end with the very same bits as an uninterrupted one."""
     corpus = synthetic_corpus()
     monkeypatch.setattr(train, "SCHEDULES", RESUME_SCHEDULES)
     real_get_batch = train.get_batch
     calls: list[int] = []  # the step of every batch drawn, target's then draft's
-    target_steps, draft_steps = RESUME_SCHEDULES["tiny"]["target"].steps, RESUME_SCHEDULES["tiny"]["draft"].steps
+    target_steps, draft_steps = (
+        RESUME_SCHEDULES["tiny"]["target"].steps,
+        RESUME_SCHEDULES["tiny"]["draft"].steps,
+    )
     cut_call = cut_at + (target_steps if role == "draft" else 0)
 
     def recording_get_batch(*args, interrupt: bool = False):
@@ -119,7 +160,9 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
     calls.clear()
     monkeypatch.setattr(train, "get_batch", lambda *a: recording_get_batch(*a, interrupt=True))
     assert run_train(monkeypatch, corpus, tmp_path / "cut") == 130
-    assert read_checkpoint(tmp_path / "cut" / "state" / f"{role}.state.safetensors")[1]["step"] == str(saved_at)
+    assert read_checkpoint(tmp_path / "cut" / "state" / f"{role}.state.safetensors")[1][
+        "step"
+    ] == str(saved_at)
     assert not (tmp_path / "cut" / "out" / f"{role}.safetensors").exists()
     # A target from some other run sits in the output folder (as the shipped pair does in
     # checkpoints/): resuming must finish and use this run's target, not adopt that one.
@@ -134,10 +177,16 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
     if role == "target":
         assert calls == [*range(saved_at, target_steps), *range(draft_steps)]
     else:
-        assert calls == list(range(saved_at, draft_steps))  # the finished target is only re-exported
+        assert calls == list(
+            range(saved_at, draft_steps)
+        )  # the finished target is only re-exported
 
-    for name in ("out/target.safetensors", "out/draft.safetensors",
-                 "state/target.state.safetensors", "state/draft.state.safetensors"):
+    for name in (
+        "out/target.safetensors",
+        "out/draft.safetensors",
+        "state/target.state.safetensors",
+        "state/draft.state.safetensors",
+    ):
         whole, whole_meta = read_checkpoint(tmp_path / "whole" / name)
         cut, cut_meta = read_checkpoint(tmp_path / "cut" / name)
         assert whole.keys() == cut.keys()
@@ -147,13 +196,18 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
 
 
 @pytest.mark.parametrize("change", [["--seed", "5"], "corpus"])
-def test_resume_refuses_the_state_of_another_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                 change: list[str] | str) -> None:
+def test_resume_refuses_the_state_of_another_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, change: list[str] | str
+) -> None:
     corpus = synthetic_corpus()
     monkeypatch.setattr(train, "SCHEDULES", RESUME_SCHEDULES)
     assert run_train(monkeypatch, corpus, tmp_path, "--only", "target") == 0
     extra = change if isinstance(change, list) else []
     if change == "corpus":
-        corpus = Corpus(corpus.train, corpus.held_out, fingerprint="another", num_files=corpus.num_files)
-    with pytest.raises(ValueError, match="--resume: .*target.state.safetensors is from another run"):
+        corpus = Corpus(
+            corpus.train, corpus.held_out, fingerprint="another", num_files=corpus.num_files
+        )
+    with pytest.raises(
+        ValueError, match="--resume: .*target.state.safetensors is from another run"
+    ):
         run_train(monkeypatch, corpus, tmp_path, "--only", "target", "--resume", *extra)

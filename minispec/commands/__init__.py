@@ -1,4 +1,6 @@
-"""The commands behind `python -m minispec <command>`: tools built on the library, never imported by it.
+"""The commands behind `python -m minispec <command>`: tools built on the library.
+
+The library never imports them.
 
 The library (`import minispec`) is the decode loop and what it needs: params, rng, stats, the
 API. Everything here (CLI, training, benchmarks, verification, kernel listing) imports the

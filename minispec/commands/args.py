@@ -7,6 +7,7 @@ a negative draw count) is reported against the flag, not as an overflow deep ins
 Ranges that the library itself checks (K, top-k, top-p, ...) are left to the library, so that
 each rule lives in one place.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -98,8 +99,9 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
 
     def check(part: str) -> str:
         if part and part not in choices:
-            raise argparse.ArgumentTypeError(f"unknown item {part!r}; "
-                                             f"choose from {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(
+                f"unknown item {part!r}; choose from {', '.join(choices)}"
+            )
         return part
 
     return comma_list(check)

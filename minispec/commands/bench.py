@@ -17,6 +17,7 @@
 Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
 Writes results/bench.json, results/bench.md and results/speedup.png (or a text chart).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,15 @@ import torch
 
 from minispec.api import load_decoder
 from minispec.commands import bench_proposers
-from minispec.commands.args import (OneLineParser, choice_list, comma_list, device_name, integer,
-                                    real, thread_count)
+from minispec.commands.args import (
+    OneLineParser,
+    choice_list,
+    comma_list,
+    device_name,
+    integer,
+    real,
+    thread_count,
+)
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -44,6 +52,7 @@ from minispec.stats import DecodeStats, predicted_speedup
 from model import tokenizer
 from model.gpt import GPT
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
+
 
 def held_out_prompts(count: int = 6, length: int = 300) -> list[str]:
     """`count` prompts of `length` bytes from the corpus's held-out files, each starting at a
@@ -56,7 +65,7 @@ def held_out_prompts(count: int = 6, length: int = 300) -> list[str]:
         line = next((j + 1 for j in range(at, len(ids) - length) if ids[j] == ord("\n")), None)
         if line is None or file_start in used_files:
             continue
-        cut = ids[line:line + length]
+        cut = ids[line : line + length]
         if BOS_TOKEN_ID in cut or EOS_TOKEN_ID in cut:
             continue
         used_files.add(file_start)
@@ -77,6 +86,7 @@ def count_host_reads():
         def wrapper(self, *args, **kwargs):
             counter["reads"] += 1
             return originals[name](self, *args, **kwargs)
+
         return wrapper
 
     for n in names:
@@ -117,8 +127,9 @@ def step_times(model: GPT, widths: list[int], repeats: int, position: int = 320)
     median/min/max of `repeats` each."""
     model.setup_cache(1)
     step = torch.compile(model, fullgraph=True, dynamic=False)
-    inputs = {t: (torch.zeros(1, t, dtype=torch.long), position + torch.arange(t)[None])
-              for t in widths}
+    inputs = {
+        t: (torch.zeros(1, t, dtype=torch.long), position + torch.arange(t)[None]) for t in widths
+    }
     for t in widths:
         step(*inputs[t])  # compile
     times: dict[int, list[float]] = {t: [] for t in widths}
@@ -138,33 +149,59 @@ def steps(decoder: SpeculativeDecoder, ks: list[int], repeats: int, live_tokens:
     for name, model in (("target", decoder.target), ("draft", decoder.draft)):
         floor = model_bytes(model, live_tokens) / bandwidth
         times = step_times(model, widths if name == "target" else [1], repeats)
-        out[name] = {"dtype": str(model.embed.weight.dtype).removeprefix("torch."),
-                     "floor_s": floor, "steps": {str(t): v for t, v in times.items()}}
+        out[name] = {
+            "dtype": str(model.embed.weight.dtype).removeprefix("torch."),
+            "floor_s": floor,
+            "steps": {str(t): v for t, v in times.items()},
+        }
         for t, v in times.items():
-            print(f"  {name} {t}-token step {1e3 * v['median']:.2f} ms (min {1e3 * v['min']:.2f},"
-                  f" max {1e3 * v['max']:.2f}); floor {1e3 * floor:.2f} ms, "
-                  f"{v['median'] / floor:.1f}x the floor", flush=True)
+            print(
+                f"  {name} {t}-token step {1e3 * v['median']:.2f} ms (min {1e3 * v['min']:.2f},"
+                f" max {1e3 * v['max']:.2f}); floor {1e3 * floor:.2f} ms, "
+                f"{v['median'] / floor:.1f}x the floor",
+                flush=True,
+            )
     return out
 
 
-def run_once(decoder: SpeculativeDecoder, prompts: list[str], k: int, temperature: float,
-             max_new: int, seed: int, draft_method: str = "greedy") -> DecodeStats:
+def run_once(
+    decoder: SpeculativeDecoder,
+    prompts: list[str],
+    k: int,
+    temperature: float,
+    max_new: int,
+    seed: int,
+    draft_method: str = "greedy",
+) -> DecodeStats:
     """Decode every prompt as its own B = 1 request and sum the stats."""
     total = DecodeStats(k, position_accepted=[0] * k)
     for i, text in enumerate(prompts):
         params = [SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=max_new)]
         spec = SpeculativeConfig(k, draft_method)
         s = decoder.generate([tokenizer.encode(text)], params, spec).stats
-        for name in ("rounds", "drafted", "accepted", "emitted", "alpha_sum", "alpha_count",
-                     "batch_rounds", "compiled_calls", "host_syncs", "time_round", "time_emit"):
+        for name in (
+            "rounds",
+            "drafted",
+            "accepted",
+            "emitted",
+            "alpha_sum",
+            "alpha_count",
+            "batch_rounds",
+            "compiled_calls",
+            "host_syncs",
+            "time_round",
+            "time_emit",
+        ):
             setattr(total, name, getattr(total, name) + getattr(s, name))
-        total.position_accepted = [a + b for a, b in zip(total.position_accepted,
-                                                         s.position_accepted)]
+        total.position_accepted = [
+            a + b for a, b in zip(total.position_accepted, s.position_accepted)
+        ]
     return total
 
 
-def host_reads_per_round(decoder, prompt: str, k: int, temperature: float, max_new: int,
-                         draft_method: str) -> float:
+def host_reads_per_round(
+    decoder, prompt: str, k: int, temperature: float, max_new: int, draft_method: str
+) -> float:
     """Every tensor-to-Python read of one generate(), over its rounds; the per-call reads
     outside the rounds (the seed draw for an unseeded request, the final statistics) excluded."""
     with count_host_reads() as reads:
@@ -185,23 +222,33 @@ def pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c) 
         runs.append((spec, base))
     ratios = [s.tokens_per_second / b.tokens_per_second for s, b in runs]
     median = sorted(runs, key=lambda sb: sb[0].tokens_per_second)[len(runs) // 2][0]
-    return {"K": k, "temperature": temperature, "draft_sample_method": draft_method,
-            "speedup": spread(ratios),
-            "tokens_per_s": statistics.median(s.tokens_per_second for s, _ in runs),
-            "tokens_per_s_K0": statistics.median(b.tokens_per_second for _, b in runs),
-            "alpha": median.alpha, "mean_acceptance_length": median.mean_acceptance_length,
-            "tokens_per_target_forward": median.tokens_per_target_forward,
-            "draft_acceptance_rate": median.draft_acceptance_rate, "c": c,
-            "predicted_speedup": predicted_speedup(median.alpha, k, c)
-            if median.alpha is not None else None,
-            "guard_checks_per_round": median.per_round(median.compiled_calls),
-            "host_reads_per_round": host_reads_per_round(decoder, prompts[0], k, temperature,
-                                                         max_new, draft_method),
-            "compile_s": compile_s, "pairs": pairs}
+    return {
+        "K": k,
+        "temperature": temperature,
+        "draft_sample_method": draft_method,
+        "speedup": spread(ratios),
+        "tokens_per_s": statistics.median(s.tokens_per_second for s, _ in runs),
+        "tokens_per_s_K0": statistics.median(b.tokens_per_second for _, b in runs),
+        "alpha": median.alpha,
+        "mean_acceptance_length": median.mean_acceptance_length,
+        "tokens_per_target_forward": median.tokens_per_target_forward,
+        "draft_acceptance_rate": median.draft_acceptance_rate,
+        "c": c,
+        "predicted_speedup": predicted_speedup(median.alpha, k, c)
+        if median.alpha is not None
+        else None,
+        "guard_checks_per_round": median.per_round(median.compiled_calls),
+        "host_reads_per_round": host_reads_per_round(
+            decoder, prompts[0], k, temperature, max_new, draft_method
+        ),
+        "compile_s": compile_s,
+        "pairs": pairs,
+    }
 
 
-def end_to_end(decoder, prompts, ks, temperatures, max_new, pairs, draft_method,
-               c: float) -> list[dict]:
+def end_to_end(
+    decoder, prompts, ks, temperatures, max_new, pairs, draft_method, c: float
+) -> list[dict]:
     rows = []
     for temperature in temperatures:
         for k in (k for k in ks if k):
@@ -211,26 +258,33 @@ def end_to_end(decoder, prompts, ks, temperatures, max_new, pairs, draft_method,
     return rows
 
 
-def batch_rows(decoder, texts: list[str], best: dict[float, int], batch_sizes, max_new,
-               repeats) -> list[dict]:
+def batch_rows(
+    decoder, texts: list[str], best: dict[float, int], batch_sizes, max_new, repeats
+) -> list[dict]:
     rows = []
     for temperature, k in best.items():
         for b in batch_sizes:
             prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(b)]
             result = {"B": b, "temperature": temperature, "K": k}
             for kk in (0, k):
-                params = [SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new)
-                          for i in range(b)]
+                params = [
+                    SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new)
+                    for i in range(b)
+                ]
                 warm = [SamplingParams(temperature, seed=0, max_new_tokens=2)] * b
                 decoder.generate(prompts, warm, SpeculativeConfig(kk))
-                runs = [decoder.generate(prompts, params, SpeculativeConfig(kk))
-                        for _ in range(repeats)]
+                runs = [
+                    decoder.generate(prompts, params, SpeculativeConfig(kk)) for _ in range(repeats)
+                ]
                 speeds = [run.stats.tokens_per_second for run in runs]
                 name = "tokens_per_s_K0" if kk == 0 else "tokens_per_s_spec"
                 result[name] = statistics.median(speeds)
             result["speedup"] = result["tokens_per_s_spec"] / result["tokens_per_s_K0"]
-            print(f"  B={b:>2} T={temperature} K={k}: {result['tokens_per_s_K0']:.1f} -> "
-                  f"{result['tokens_per_s_spec']:.1f} tok/s ({result['speedup']:.2f}x)", flush=True)
+            print(
+                f"  B={b:>2} T={temperature} K={k}: {result['tokens_per_s_K0']:.1f} -> "
+                f"{result['tokens_per_s_spec']:.1f} tok/s ({result['speedup']:.2f}x)",
+                flush=True,
+            )
             rows.append(result)
     return rows
 
@@ -242,16 +296,30 @@ def startup(device: str, max_new: int = 8) -> dict:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         for label in ("cold", "warm"):
             start = time.perf_counter()
-            command = [sys.executable, "-m", "minispec", "decode", "--json", "--temperature", "0",
-                       "--max-new-tokens", str(max_new), "--device", device]
+            command = [
+                sys.executable,
+                "-m",
+                "minispec",
+                "decode",
+                "--json",
+                "--temperature",
+                "0",
+                "--max-new-tokens",
+                str(max_new),
+                "--device",
+                device,
+            ]
             proc = subprocess.run(command, env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode:
                 raise RuntimeError(f"decode failed: {proc.stderr.strip().splitlines()[-1:]}")
             report = json.loads(proc.stdout)
             out[label] = {"first_token_s": report["time_to_first_token_s"], "process_s": wall}
-            print(f"  {label}: first token after {report['time_to_first_token_s']:.1f} s "
-                  f"(process {wall:.1f} s)", flush=True)
+            print(
+                f"  {label}: first token after {report['time_to_first_token_s']:.1f} s "
+                f"(process {wall:.1f} s)",
+                flush=True,
+            )
     return out
 
 
@@ -259,16 +327,20 @@ def format_row(r: dict) -> str:
     sp = r["speedup"]
     pred = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
     alpha = f"{r['alpha']:.3f}" if r["alpha"] is not None else "-"
-    return (f"| {r['K']} | {r['temperature']:g} | {r['tokens_per_s']:.1f} | "
-            f"{r['tokens_per_s_K0']:.1f} | {sp['median']:.2f}x ({sp['min']:.2f}-{sp['max']:.2f}) | "
-            f"{alpha} | {r['mean_acceptance_length']:.2f} | {r['c']:.3f} | {pred} | "
-            f"{r['guard_checks_per_round']:.2f} | {r['host_reads_per_round']:.2f} | "
-            f"{r['compile_s']:.0f} |")
+    return (
+        f"| {r['K']} | {r['temperature']:g} | {r['tokens_per_s']:.1f} | "
+        f"{r['tokens_per_s_K0']:.1f} | {sp['median']:.2f}x ({sp['min']:.2f}-{sp['max']:.2f}) | "
+        f"{alpha} | {r['mean_acceptance_length']:.2f} | {r['c']:.3f} | {pred} | "
+        f"{r['guard_checks_per_round']:.2f} | {r['host_reads_per_round']:.2f} | "
+        f"{r['compile_s']:.0f} |"
+    )
 
 
-HEADER = ("| K | T | tok/s | tok/s K=0 | speedup (min-max) | alpha | accept len | c | predicted | "
-          "guard checks/round | host reads/round | compile s |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| K | T | tok/s | tok/s K=0 | speedup (min-max) | alpha | accept len | c | predicted | "
+    "guard checks/round | host reads/round | compile s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def chart(rows: list[dict], path: Path) -> str:
@@ -282,6 +354,7 @@ def chart(rows: list[dict], path: Path) -> str:
             lines.append(f"       {'.' * round(predicted * 20):<60} {predicted:.2f}x")
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -290,10 +363,16 @@ def chart(rows: list[dict], path: Path) -> str:
     for t in sorted({r["temperature"] for r in rows}):
         sel = [r for r in rows if r["temperature"] == t]
         ks = [r["K"] for r in sel]
-        ax.errorbar(ks, [r["speedup"]["median"] for r in sel], fmt="o-",
-                    yerr=[[r["speedup"]["median"] - r["speedup"]["min"] for r in sel],
-                          [r["speedup"]["max"] - r["speedup"]["median"] for r in sel]],
-                    label=f"measured (min-max), T={t:g}")
+        ax.errorbar(
+            ks,
+            [r["speedup"]["median"] for r in sel],
+            fmt="o-",
+            yerr=[
+                [r["speedup"]["median"] - r["speedup"]["min"] for r in sel],
+                [r["speedup"]["max"] - r["speedup"]["median"] for r in sel],
+            ],
+            label=f"measured (min-max), T={t:g}",
+        )
         ax.plot(ks, [r["predicted_speedup"] for r in sel], "x--", label=f"Theorem 3.8, T={t:g}")
     ax.axhline(1.0, color="grey", lw=0.5)
     ax.set_xlabel("K (num_speculative_tokens)")
@@ -307,38 +386,72 @@ def chart(rows: list[dict], path: Path) -> str:
 def machine(device: str) -> dict:
     cpu = platform.processor()
     with contextlib.suppress(OSError):
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in open("/proc/cpuinfo")
+            if line.startswith("model name")
+        )
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": torch.get_num_threads(), "device": gpu or "cpu"}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "device": gpu or "cpu",
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(prog="minispec bench", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ks", type=comma_list(integer(1)), default="2,4,6,8",
-                        help="speculative K values (K = 0 is the baseline every row is paired with)")
+    parser = OneLineParser(
+        prog="minispec bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--ks",
+        type=comma_list(integer(1)),
+        default="2,4,6,8",
+        help="speculative K values (K = 0 is the baseline every row is paired with)",
+    )
     parser.add_argument("--temperatures", type=comma_list(real(0)), default="0,1")
     parser.add_argument("--batch-sizes", type=comma_list(integer(1)), default="1,4,16")
     parser.add_argument("--max-new-tokens", type=integer(1), default=128)
     parser.add_argument("--repeats", type=integer(1), default=5, help="A B pairs per row")
-    parser.add_argument("--prompts", type=integer(1), default=6, help="held-out prompts of 300 bytes")
+    parser.add_argument(
+        "--prompts", type=integer(1), default=6, help="held-out prompts of 300 bytes"
+    )
     parser.add_argument("--out", default="results")
-    parser.add_argument("--device", type=device_name, default="cpu",
-                        help="cpu or cuda (CUDA graphs there)")
-    parser.add_argument("--threads", type=thread_count, default=1,
-                        help="CPU threads (default 1: B = 1 decode steps are latency-bound)")
-    parser.add_argument("--draft-sample-method", default="greedy",
-                        help="greedy (one-hot q) or probabilistic")
-    parser.add_argument("--skip", type=choice_list(("steps", "batch", "proposers", "sampler",
-                                                    "startup")), default="",
-                        help="comma list of parts to skip: steps,batch,proposers,sampler,startup")
-    parser.add_argument("--adaptive-batch-sizes", type=comma_list(integer(1)), default="1,4,16,64",
-                        help="batch sizes of the adaptive-K rows (part 3b)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: K = 4, T = 0, "
-                        "2 pairs, 2 prompts, 32 tokens, no batch, sampler or start-up parts")
+    parser.add_argument(
+        "--device", type=device_name, default="cpu", help="cpu or cuda (CUDA graphs there)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=thread_count,
+        default=1,
+        help="CPU threads (default 1: B = 1 decode steps are latency-bound)",
+    )
+    parser.add_argument(
+        "--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic"
+    )
+    parser.add_argument(
+        "--skip",
+        type=choice_list(("steps", "batch", "proposers", "sampler", "startup")),
+        default="",
+        help="comma list of parts to skip: steps,batch,proposers,sampler,startup",
+    )
+    parser.add_argument(
+        "--adaptive-batch-sizes",
+        type=comma_list(integer(1)),
+        default="1,4,16,64",
+        help="batch sizes of the adaptive-K rows (part 3b)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: K = 4, T = 0, "
+        "2 pairs, 2 prompts, 32 tokens, no batch, sampler or start-up parts",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
@@ -355,10 +468,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     decoder = load_decoder(device=args.device)
     prompts = held_out_prompts(args.prompts)
-    report: dict = {"machine": machine(args.device), "quick": args.quick,
-                    "draft_sample_method": args.draft_sample_method,
-                    "max_new_tokens": args.max_new_tokens, "pairs": args.repeats,
-                    "prompts": prompts}
+    report: dict = {
+        "machine": machine(args.device),
+        "quick": args.quick,
+        "draft_sample_method": args.draft_sample_method,
+        "max_new_tokens": args.max_new_tokens,
+        "pairs": args.repeats,
+        "prompts": prompts,
+    }
     c = None
     if "steps" not in skip:
         print("1. steps, B = 1", flush=True)
@@ -367,21 +484,37 @@ def main(argv: list[str] | None = None) -> int:
         c = s["draft"]["steps"]["1"]["median"] / s["target"]["steps"]["1"]["median"]
     print("2. end to end, B = 1, each row paired with K = 0\n" + HEADER, flush=True)
     report["end_to_end"] = rows = end_to_end(
-        decoder, prompts, ks, [float(t) for t in args.temperatures.split(",")],
-        args.max_new_tokens, args.repeats, args.draft_sample_method, c or 0.0)
-    best = {t: max((r for r in rows if r["temperature"] == t),
-                   key=lambda r: r["speedup"]["median"])["K"]
-            for t in sorted({r["temperature"] for r in rows})}
+        decoder,
+        prompts,
+        ks,
+        [float(t) for t in args.temperatures.split(",")],
+        args.max_new_tokens,
+        args.repeats,
+        args.draft_sample_method,
+        c or 0.0,
+    )
+    best = {
+        t: max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"]["median"])[
+            "K"
+        ]
+        for t in sorted({r["temperature"] for r in rows})
+    }
     if "batch" not in skip:
         print("3. batch", flush=True)
-        report["batch"] = batch_rows(decoder, prompts, best,
-                                     [int(b) for b in args.batch_sizes.split(",")],
-                                     args.max_new_tokens, max(3, args.repeats // 2 + 1))
+        report["batch"] = batch_rows(
+            decoder,
+            prompts,
+            best,
+            [int(b) for b in args.batch_sizes.split(",")],
+            args.max_new_tokens,
+            max(3, args.repeats // 2 + 1),
+        )
     if "proposers" not in skip:
         run_proposers(report, decoder, prompts, args)
     if "sampler" not in skip:
         print("4. sampler", flush=True)
         from minispec.commands.bench_sampler import main as bench_sampler_main
+
         bench_sampler_main(["--out", str(out), "--device", args.device, "--threads", "2,1"])
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
@@ -395,8 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_proposers(report: dict, decoder: SpeculativeDecoder, prompts: list[str],
-                  args: argparse.Namespace) -> None:
+def run_proposers(
+    report: dict, decoder: SpeculativeDecoder, prompts: list[str], args: argparse.Namespace
+) -> None:
     """Part 3b: the proposer table and the adaptive-K rows (minispec/commands/bench_proposers.py),
     with the suffix index over the training corpus (built on first use)."""
     from minispec.commands.build_index import cached_index
@@ -404,46 +538,70 @@ def run_proposers(report: dict, decoder: SpeculativeDecoder, prompts: list[str],
     decoder.suffix_index = decoder.suffix_index or cached_index()
     temperatures = [float(t) for t in args.temperatures.split(",")]
     print("3b. proposers, B = 1, K = auto\n" + bench_proposers.HEADER, flush=True)
-    report["proposers"] = bench_proposers.proposer_table(decoder, prompts, temperatures,
-                                                         args.max_new_tokens, args.repeats)
+    report["proposers"] = bench_proposers.proposer_table(
+        decoder, prompts, temperatures, args.max_new_tokens, args.repeats
+    )
     print("3b. adaptive K by batch size\n" + bench_proposers.HEADER, flush=True)
     report["adaptive"] = bench_proposers.adaptive_rows(
-        decoder, prompts, temperatures, [int(b) for b in args.adaptive_batch_sizes.split(",")],
-        args.max_new_tokens, args.repeats)
+        decoder,
+        prompts,
+        temperatures,
+        [int(b) for b in args.adaptive_batch_sizes.split(",")],
+        args.max_new_tokens,
+        args.repeats,
+    )
 
 
 def render_markdown(report: dict, text_chart: str) -> str:
     m = report["machine"]
-    lines = ["# minispec benchmark\n",
-             f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['device']}, "
-             f"{m['threads']} thread(s). {report['draft_sample_method']} drafter, B = 1, "
-             f"{report['max_new_tokens']} new tokens for each of {len(report['prompts'])} "
-             f"held-out prompts; each row is {report['pairs']} interleaved pairs against "
-             "K = 0 (median speedup, min-max).\n"]
+    lines = [
+        "# minispec benchmark\n",
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['device']}, "
+        f"{m['threads']} thread(s). {report['draft_sample_method']} drafter, B = 1, "
+        f"{report['max_new_tokens']} new tokens for each of {len(report['prompts'])} "
+        f"held-out prompts; each row is {report['pairs']} interleaved pairs against "
+        "K = 0 (median speedup, min-max).\n",
+    ]
     if "steps" in report:
         s = report["steps"]
-        lines += ["## Steps (B = 1, median of interleaved repeats)\n",
-                  f"Read bandwidth {s['read_bandwidth_GBps']:.1f} GB/s (sum() of 256 MB); floor = "
-                  f"(weights + KV of {s['live_tokens']} positions) / bandwidth.\n",
-                  "| model | dtype | tokens | ms (min-max) | floor ms | x floor |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "## Steps (B = 1, median of interleaved repeats)\n",
+            f"Read bandwidth {s['read_bandwidth_GBps']:.1f} GB/s (sum() of 256 MB); floor = "
+            f"(weights + KV of {s['live_tokens']} positions) / bandwidth.\n",
+            "| model | dtype | tokens | ms (min-max) | floor ms | x floor |",
+            "|---|---|---|---|---|---|",
+        ]
         for name in ("target", "draft"):
             floor = s[name]["floor_s"]
-            lines += [f"| {name} | {s[name]['dtype']} | {t} | {1e3 * v['median']:.2f} "
-                      f"({1e3 * v['min']:.2f}-{1e3 * v['max']:.2f}) | {1e3 * floor:.2f} | "
-                      f"{v['median'] / floor:.1f}x |" for t, v in s[name]["steps"].items()]
+            lines += [
+                f"| {name} | {s[name]['dtype']} | {t} | {1e3 * v['median']:.2f} "
+                f"({1e3 * v['min']:.2f}-{1e3 * v['max']:.2f}) | {1e3 * floor:.2f} | "
+                f"{v['median'] / floor:.1f}x |"
+                for t, v in s[name]["steps"].items()
+            ]
     lines += ["\n## End to end\n", HEADER]
     lines += [format_row(r) for r in report["end_to_end"]]
     if "batch" in report:
-        lines += ["\n## Batch\n", "| B | T | K | tok/s K=0 | tok/s spec | speedup |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['B']} | {r['temperature']:g} | {r['K']} | {r['tokens_per_s_K0']:.1f} | "
-                  f"{r['tokens_per_s_spec']:.1f} | {r['speedup']:.2f}x |" for r in report["batch"]]
+        lines += [
+            "\n## Batch\n",
+            "| B | T | K | tok/s K=0 | tok/s spec | speedup |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['B']} | {r['temperature']:g} | {r['K']} | {r['tokens_per_s_K0']:.1f} | "
+            f"{r['tokens_per_s_spec']:.1f} | {r['speedup']:.2f}x |"
+            for r in report["batch"]
+        ]
     if "startup" in report:
-        lines += ["\n## Start-up (decode to first token)\n",
-                  "| cache | first token s | process s |", "|---|---|---|"]
-        lines += [f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
-                  for k, v in report["startup"].items()]
+        lines += [
+            "\n## Start-up (decode to first token)\n",
+            "| cache | first token s | process s |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
+            for k, v in report["startup"].items()
+        ]
     if "proposers" in report:
         lines += bench_proposers.render(report)
     lines += ["\n## Speedup against K\n", "```", text_chart, "```"]

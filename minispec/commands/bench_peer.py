@@ -20,8 +20,8 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -129,7 +129,10 @@ def peer_rows(
                     )
     finally:
         torch.set_num_threads(threads_before)
-    rate = lambda runs: statistics.median(n / s for n, s in runs)
+
+    def rate(runs):
+        return statistics.median(n / s for n, s in runs)
+
     rows = []
     for name, _, _, our_k in modes:
         row = {

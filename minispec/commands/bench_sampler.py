@@ -27,8 +27,7 @@ from typing import Callable
 import torch
 
 from minispec.commands.args import OneLineParser, comma_list, device_name, integer, thread_count
-from sampling import rejection_sample
-from sampling import reference
+from sampling import reference, rejection_sample
 
 SIZES = [(1, 4, 256), (1, 4, 32000), (64, 4, 32000), (64, 4, 128256)]
 GOAL_SIZE = (64, 4, 128256)
@@ -37,27 +36,34 @@ GOAL_COMPILED_OVER_FLOOR = 3.0
 PLAIN_MAX_LOGITS = 1 * 5 * 32000  # the reference loops in Python: small sizes only
 
 
-def _inputs(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
-            device: torch.device) -> dict:
+def _inputs(
+    batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool, device: torch.device
+) -> dict:
     """Target logits at a realistic spread, drafts drawn from q (argmax of the draft logits
     for a one-hot draft), and the randomness."""
     gen = torch.Generator(device=device).manual_seed(0)
-    target_logits = 3 * torch.randn(batch_size, num_drafts + 1, vocab_size, device=device,
-                                    generator=gen)
+    target_logits = 3 * torch.randn(
+        batch_size, num_drafts + 1, vocab_size, device=device, generator=gen
+    )
     draft_logits = target_logits[:, :num_drafts] + torch.randn(
-        batch_size, num_drafts, vocab_size, device=device, generator=gen)
+        batch_size, num_drafts, vocab_size, device=device, generator=gen
+    )
     if one_hot:
         draft_probs, draft_ids = None, draft_logits.argmax(-1)
     else:
         draft_probs = draft_logits.softmax(-1)
-        draft_ids = torch.multinomial(draft_probs.view(-1, vocab_size), 1,
-                                      generator=gen).view(batch_size, num_drafts)
+        draft_ids = torch.multinomial(draft_probs.view(-1, vocab_size), 1, generator=gen).view(
+            batch_size, num_drafts
+        )
     return dict(
-        target_logits=target_logits, draft_token_ids=draft_ids, draft_probs=draft_probs,
-        uniforms=torch.rand(batch_size, num_drafts, dtype=torch.float64, device=device,
-                            generator=gen),
-        exponentials=torch.empty(batch_size, vocab_size, device=device).exponential_(
-            generator=gen))
+        target_logits=target_logits,
+        draft_token_ids=draft_ids,
+        draft_probs=draft_probs,
+        uniforms=torch.rand(
+            batch_size, num_drafts, dtype=torch.float64, device=device, generator=gen
+        ),
+        exponentials=torch.empty(batch_size, vocab_size, device=device).exponential_(generator=gen),
+    )
 
 
 def _timed(fn: Callable[[], object], device: torch.device) -> float:
@@ -74,15 +80,26 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
 KINDS = [(True, "standard"), (False, "standard"), (False, "block")]
 
 
-def measure(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
-            device: torch.device, repeats: int, method: str = "standard") -> dict:
+def measure(
+    batch_size: int,
+    num_drafts: int,
+    vocab_size: int,
+    one_hot: bool,
+    device: torch.device,
+    repeats: int,
+    method: str = "standard",
+) -> dict:
     args = _inputs(batch_size, num_drafts, vocab_size, one_hot, device)
     tensors = [t for t in args.values() if t is not None]
     args["method"] = method
-    row = dict(B=batch_size, K=num_drafts, V=vocab_size,
-               draft=("one-hot" if one_hot else "probabilistic")
-               + (", block" if method == "block" else ""),
-               input_mb=sum(t.numel() * t.element_size() for t in tensors) / 2**20)
+    row = dict(
+        B=batch_size,
+        K=num_drafts,
+        V=vocab_size,
+        draft=("one-hot" if one_hot else "probabilistic")
+        + (", block" if method == "block" else ""),
+        input_mb=sum(t.numel() * t.element_size() for t in tensors) / 2**20,
+    )
     row["compile_s"] = _timed(lambda: rejection_sample(**args), device)
     contenders = {
         "compiled": lambda: rejection_sample(**args),
@@ -92,7 +109,8 @@ def measure(batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool,
     if batch_size * (num_drafts + 1) * vocab_size <= PLAIN_MAX_LOGITS:
         cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
         contenders["plain"] = lambda: reference.rejection_sample(  # noqa: E731
-            **cpu, temperature=1.0, top_k=None, top_p=None)
+            **cpu, temperature=1.0, top_k=None, top_p=None
+        )
     # Interleaved, so that a burst of load from other processes (this is often a shared
     # machine) hits every contender alike instead of one of them.
     times: dict[str, list[float]] = {name: [] for name in contenders}
@@ -125,16 +143,20 @@ def machine(device: torch.device) -> dict:
     return info
 
 
-HEADER = ("| B | K | V | draft | compiled ms | eager ms | plain ms | floor ms | eager/compiled "
-          "| compiled/floor | compile s |")
+HEADER = (
+    "| B | K | V | draft | compiled ms | eager ms | plain ms | floor ms | eager/compiled "
+    "| compiled/floor | compile s |"
+)
 
 
 def format_row(r: dict) -> str:
     plain = "-" if r["plain_ms"] is None else f"{r['plain_ms']:.1f}"
-    return (f"| {r['B']} | {r['K']} | {r['V']} | {r['draft']} | {r['compiled_ms']:.2f} | "
-            f"{r['eager_ms']:.2f} | {plain} | {r['floor_ms']:.2f} | "
-            f"{r['eager_over_compiled']:.1f}x | {r['compiled_over_floor']:.1f}x | "
-            f"{r['compile_s']:.1f} |")
+    return (
+        f"| {r['B']} | {r['K']} | {r['V']} | {r['draft']} | {r['compiled_ms']:.2f} | "
+        f"{r['eager_ms']:.2f} | {plain} | {r['floor_ms']:.2f} | "
+        f"{r['eager_over_compiled']:.1f}x | {r['compiled_over_floor']:.1f}x | "
+        f"{r['compile_s']:.1f} |"
+    )
 
 
 def goals(rows: list[dict]) -> list[str]:
@@ -143,44 +165,62 @@ def goals(rows: list[dict]) -> list[str]:
         if (r["B"], r["K"], r["V"]) != GOAL_SIZE:
             continue
         for name, value, goal, better in [
-                ("eager/compiled", r["eager_over_compiled"], GOAL_EAGER_OVER_COMPILED, "above"),
-                ("compiled/floor", r["compiled_over_floor"], GOAL_COMPILED_OVER_FLOOR, "below")]:
+            ("eager/compiled", r["eager_over_compiled"], GOAL_EAGER_OVER_COMPILED, "above"),
+            ("compiled/floor", r["compiled_over_floor"], GOAL_COMPILED_OVER_FLOOR, "below"),
+        ]:
             met = value >= goal if better == "above" else value <= goal
-            lines.append(f"{r['draft']} draft at {GOAL_SIZE}: {name} {value:.1f}x, goal "
-                         f"{better} {goal:g}x: {'met' if met else 'SHORT'}")
+            lines.append(
+                f"{r['draft']} draft at {GOAL_SIZE}: {name} {value:.1f}x, goal "
+                f"{better} {goal:g}x: {'met' if met else 'SHORT'}"
+            )
     return lines
 
 
 def render_markdown(report: dict) -> str:
     m = report["machine"]
-    load = (f" Load average {m['load_average_at_start']} at the start and "
-            f"{m['load_average_at_end']} at the end: other processes shared the machine."
-            if "load_average_at_start" in m else "")
-    lines = ["# Sampler benchmark\n",
-             f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
-             f"{m.get('gpu', m['device'])}.{load} Median of {report['repeats']} warm calls, "
-             "taken in turns; floor = one read of every input tensor (a sum of each); "
-             "compile s = the first call, which compiles the graph or loads it from "
-             "Inductor's on-disk cache.\n"]
+    load = (
+        f" Load average {m['load_average_at_start']} at the start and "
+        f"{m['load_average_at_end']} at the end: other processes shared the machine."
+        if "load_average_at_start" in m
+        else ""
+    )
+    lines = [
+        "# Sampler benchmark\n",
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
+        f"{m.get('gpu', m['device'])}.{load} Median of {report['repeats']} warm calls, "
+        "taken in turns; floor = one read of every input tensor (a sum of each); "
+        "compile s = the first call, which compiles the graph or loads it from "
+        "Inductor's on-disk cache.\n",
+    ]
     for run in report["runs"]:
-        lines += [f"## {run['threads']} thread{'s' if run['threads'] > 1 else ''}\n", HEADER,
-                  "|" + "---|" * 11]
+        lines += [
+            f"## {run['threads']} thread{'s' if run['threads'] > 1 else ''}\n",
+            HEADER,
+            "|" + "---|" * 11,
+        ]
         lines += [format_row(r) for r in run["rows"]]
         lines += [""] + [f"- {g}" for g in run["goals"]] + [""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="minispec bench-sampler", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(
+        prog="minispec bench-sampler",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default="results", help="folder for sampler.json/.md")
-    parser.add_argument("--device", type=device_name,
-                        default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--repeats", type=integer(1), default=11)
-    parser.add_argument("--threads", type=comma_list(thread_count),
-                        default=str(torch.get_num_threads()),
-                        help="comma list of CPU thread counts to run the table with, e.g. 2,1: "
-                             "one thread is the steady figure on a machine other jobs share")
+    parser.add_argument(
+        "--threads",
+        type=comma_list(thread_count),
+        default=str(torch.get_num_threads()),
+        help="comma list of CPU thread counts to run the table with, e.g. 2,1: "
+        "one thread is the steady figure on a machine other jobs share",
+    )
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     report = dict(machine=machine(device), repeats=args.repeats, runs=[])
@@ -190,8 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for size in SIZES:
             for one_hot, method in KINDS:
-                rows.append(measure(*size, one_hot=one_hot, device=device, repeats=args.repeats,
-                                    method=method))
+                rows.append(
+                    measure(
+                        *size, one_hot=one_hot, device=device, repeats=args.repeats, method=method
+                    )
+                )
                 print(format_row(rows[-1]), flush=True)
         run = dict(threads=threads, rows=rows, goals=goals(rows))
         print("\n".join(run["goals"]) + "\n", flush=True)

@@ -14,6 +14,7 @@ Every command runs through `main`, which turns each expected failure into one li
 moment, even while torch is still importing, is exit code 130; a reader that goes away early
 (`| head`) ends the run quietly with 141, as SIGPIPE would. A traceback means a bug.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,15 @@ import time
 import warnings
 from importlib import import_module
 
-from minispec.commands.args import (THREADS_HELP, OneLineParser, device_name, fail, integer, real,
-                                   thread_count)
+from minispec.commands.args import (
+    THREADS_HELP,
+    OneLineParser,
+    device_name,
+    fail,
+    integer,
+    real,
+    thread_count,
+)
 from model import tokenizer as byte_tokenizer
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
 
@@ -46,34 +54,53 @@ def speculative_tokens(text: str) -> int | str:
 
 
 def decode_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="minispec decode",
-                      description="Speculative decoding with a draft/target pair.")
-    p.add_argument("--prompt", action="append",
-                   help="a prompt; repeat for a batch (default: a Python snippet)")
-    p.add_argument("-k", "--num-speculative-tokens", type=speculative_tokens, default="auto",
-                   help="K drafts per round; 0 = target only; auto = chosen each round")
-    p.add_argument("--proposer", default="draft_model",
-                   help="draft_model, ngram (prompt lookup), suffix (an index over the "
-                        "training corpus) or hybrid (a lookup where it matched, else the draft)")
-    p.add_argument("--draft-sample-method", default="auto",
-                   help="greedy (one-hot q), probabilistic, or auto (greedy at T = 0)")
-    p.add_argument("--rejection-sample-method", default="standard",
-                   help="standard (exact), block (exact, judges the drafts as a block) or "
-                        "naive (biased)")
+    p = OneLineParser(
+        prog="minispec decode", description="Speculative decoding with a draft/target pair."
+    )
+    p.add_argument(
+        "--prompt", action="append", help="a prompt; repeat for a batch (default: a Python snippet)"
+    )
+    p.add_argument(
+        "-k",
+        "--num-speculative-tokens",
+        type=speculative_tokens,
+        default="auto",
+        help="K drafts per round; 0 = target only; auto = chosen each round",
+    )
+    p.add_argument(
+        "--proposer",
+        default="draft_model",
+        help="draft_model, ngram (prompt lookup), suffix (an index over the "
+        "training corpus) or hybrid (a lookup where it matched, else the draft)",
+    )
+    p.add_argument(
+        "--draft-sample-method",
+        default="auto",
+        help="greedy (one-hot q), probabilistic, or auto (greedy at T = 0)",
+    )
+    p.add_argument(
+        "--rejection-sample-method",
+        default="standard",
+        help="standard (exact), block (exact, judges the drafts as a block) or naive (biased)",
+    )
     p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
     p.add_argument("--top-p", type=real(), default=1.0, help="1.0 = off")
     p.add_argument("--seed", type=integer(), default=0, help="request i uses seed + i")
     p.add_argument("--max-new-tokens", type=integer(), default=200)
-    p.add_argument("--compare", action="store_true",
-                   help="also run K = 0 and print the measured speedup")
+    p.add_argument(
+        "--compare", action="store_true", help="also run K = 0 and print the measured speedup"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON result instead of text")
-    p.add_argument("--no-compile", dest="compile", action="store_false",
-                   help="run eagerly (debugging)")
-    p.add_argument("--target", default=None,
-                   help="target checkpoint (default: checkpoints/target.safetensors)")
-    p.add_argument("--draft", default=None,
-                   help="draft checkpoint (default: checkpoints/draft.safetensors)")
+    p.add_argument(
+        "--no-compile", dest="compile", action="store_false", help="run eagerly (debugging)"
+    )
+    p.add_argument(
+        "--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)"
+    )
+    p.add_argument(
+        "--draft", default=None, help="draft checkpoint (default: checkpoints/draft.safetensors)"
+    )
     p.add_argument("--device", type=device_name, default="cpu")
     p.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
     return p
@@ -90,8 +117,9 @@ class Streamer:
     characters or decode alone).
     """
 
-    def __init__(self, colour: bool, header: str | None,
-                 tokenizer: TextTokenizer = byte_tokenizer) -> None:
+    def __init__(
+        self, colour: bool, header: str | None, tokenizer: TextTokenizer = byte_tokenizer
+    ) -> None:
         self.colour, self.header, self.first_token_at = colour, header, None
         self.tokenizer, self.ids, self.shown = tokenizer, [], ""
 
@@ -110,7 +138,7 @@ class Streamer:
         sys.stdout.flush()
 
     def write(self, text: str, origin: str) -> None:
-        new, self.shown = text[len(self.shown):], text
+        new, self.shown = text[len(self.shown) :], text
         if new and self.colour and COLOURS[origin]:
             new = f"{COLOURS[origin]}{new}{RESET}"
         sys.stdout.write(new)
@@ -155,29 +183,46 @@ def run_decode(argv: list[str]) -> int:
         from minispec.commands.build_index import cached_index
 
         decoder.suffix_index = cached_index()  # built on first use (about 20 s), then cached
-    kwargs = dict(num_speculative_tokens=args.num_speculative_tokens,
-                  proposer=args.proposer, draft_sample_method=args.draft_sample_method,
-                  rejection_sample_method=args.rejection_sample_method,
-                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                  max_new_tokens=args.max_new_tokens, decoder=decoder, tokenizer=tokenizer)
+    kwargs = dict(
+        num_speculative_tokens=args.num_speculative_tokens,
+        proposer=args.proposer,
+        draft_sample_method=args.draft_sample_method,
+        rejection_sample_method=args.rejection_sample_method,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        decoder=decoder,
+        tokenizer=tokenizer,
+    )
     if args.compile:  # compile every graph (one round per K) so that the timed run is warm
         generate(prompts, **kwargs, warm_up=True)
         if args.compare:
             generate(prompts, **{**kwargs, "num_speculative_tokens": 0}, warm_up=True)
-    legend = "legend: " + " ".join(f"{COLOURS[o]}{o}{RESET}"
-                                   for o in ("accepted", "corrective", "bonus")) + "\n"
-    streamer = Streamer(colour, None if args.json else (legend if colour else "") + prompts[0],
-                        tokenizer)
+    legend = (
+        "legend: "
+        + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus"))
+        + "\n"
+    )
+    streamer = Streamer(
+        colour, None if args.json else (legend if colour else "") + prompts[0], tokenizer
+    )
     result = generate(prompts, **kwargs, on_tokens=streamer)
     streamer.finish()
-    baseline = (generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare
-                else None)
+    baseline = (
+        generate(prompts, **{**kwargs, "num_speculative_tokens": 0}) if args.compare else None
+    )
     stats = result.stats
     if args.json:
         rows = zip(prompts, result.texts, result.token_ids, result.origins)
-        report = {"requests": [{"prompt": p, "text": t, "token_ids": ids, "origins": o}
-                               for p, t, ids, o in rows],
-                  "stats": stats.to_dict(), "time_to_first_token_s": streamer.first_token_at}
+        report = {
+            "requests": [
+                {"prompt": p, "text": t, "token_ids": ids, "origins": o} for p, t, ids, o in rows
+            ],
+            "stats": stats.to_dict(),
+            "time_to_first_token_s": streamer.first_token_at,
+        }
         if baseline:
             report["baseline_stats"] = baseline.stats.to_dict()
             base_speed = baseline.stats.tokens_per_second
@@ -187,8 +232,11 @@ def run_decode(argv: list[str]) -> int:
     print()
     for i, text in enumerate(result.texts[1:], start=1):
         print(f"--- request {i} ---\n{prompts[i]}{text}")
-    print(f"\n--- stats (torch {torch.__version__}, {args.device}, "
-          f"{'compiled' if args.compile else 'eager'}) ---", file=sys.stderr)
+    print(
+        f"\n--- stats (torch {torch.__version__}, {args.device}, "
+        f"{'compiled' if args.compile else 'eager'}) ---",
+        file=sys.stderr,
+    )
     print(stats.summary(baseline.stats if baseline else None), file=sys.stderr)
     if baseline:
         print(baseline.stats.summary(), file=sys.stderr)
@@ -196,10 +244,15 @@ def run_decode(argv: list[str]) -> int:
 
 
 # Each command but decode lives in its own module, imported on demand so `--help` stays instant.
-COMMANDS = {"train": "minispec.commands.train", "bench": "minispec.commands.bench",
-            "bench-sampler": "minispec.commands.bench_sampler", "export": "minispec.commands.export",
-            "kernels": "minispec.commands.kernels", "samples": "minispec.commands.samples",
-            "verify": "minispec.commands.verify"}
+COMMANDS = {
+    "train": "minispec.commands.train",
+    "bench": "minispec.commands.bench",
+    "bench-sampler": "minispec.commands.bench_sampler",
+    "export": "minispec.commands.export",
+    "kernels": "minispec.commands.kernels",
+    "samples": "minispec.commands.samples",
+    "verify": "minispec.commands.verify",
+}
 
 
 def run(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ draft predicts a large target well (indentation, keywords, repeated identifiers)
 are left out, and held-out data is split by file, so the held-out loss measures generalisation
 to unseen files rather than to unseen windows of seen ones.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,7 +50,11 @@ def load_corpus(root: Path | None = None) -> Corpus:
         data = path.read_bytes()
         digest.update(rel.encode() + b"\0" + data)
         doc = [BOS_TOKEN_ID, *data, EOS_TOKEN_ID]
-        split = held_out if int(hashlib.md5(rel.encode()).hexdigest(), 16) % HELD_OUT_EVERY == 0 else train
+        split = (
+            held_out
+            if int(hashlib.md5(rel.encode()).hexdigest(), 16) % HELD_OUT_EVERY == 0
+            else train
+        )
         split.extend(doc)
     as_tensor = lambda ids: torch.tensor(ids, dtype=torch.int16)  # noqa: E731
     return Corpus(as_tensor(train), as_tensor(held_out), digest.hexdigest(), len(files))

@@ -4,6 +4,7 @@ Read from the JSON-lines logs that `minispec train` writes beside its state
 (runs/<preset>/<role>.log.jsonl). A PNG when matplotlib is installed (`pip install -e .[plot]`),
 a text chart otherwise, so that every run leaves a curve a person can read.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,17 @@ def read_points(state_dir: Path) -> dict[str, list[tuple[int, float]]]:
         path = state_dir / f"{role}.log.jsonl"
         if path.is_file():
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            points[role] = [(r["bytes_seen"], r["heldout_bpb"]) for r in records if r.get("heldout_bpb") is not None]
+            points[role] = [
+                (r["bytes_seen"], r["heldout_bpb"])
+                for r in records
+                if r.get("heldout_bpb") is not None
+            ]
     return {role: pts for role, pts in points.items() if pts}
 
 
-def text_chart(points: dict[str, list[tuple[int, float]]], width: int = 60, height: int = 16) -> str:
+def text_chart(
+    points: dict[str, list[tuple[int, float]]], width: int = 60, height: int = 16
+) -> str:
     """A plain-text scatter: rows are bits/byte (high at the top), columns are bytes seen."""
     everything = [p for pts in points.values() for p in pts]
     max_x = max(x for x, _ in everything)
@@ -34,7 +41,9 @@ def text_chart(points: dict[str, list[tuple[int, float]]], width: int = 60, heig
             col = min(width - 1, round(x / max_x * (width - 1)))
             row = 0 if hi == lo else round((hi - y) / (hi - lo) * (height - 1))
             grid[row][col] = role[0].upper()
-    lines = [f"{hi - (hi - lo) * i / (height - 1):6.3f} |{''.join(row)}" for i, row in enumerate(grid)]
+    lines = [
+        f"{hi - (hi - lo) * i / (height - 1):6.3f} |{''.join(row)}" for i, row in enumerate(grid)
+    ]
     lines.append(" " * 7 + "+" + "-" * width)
     lines.append(f"{'':8}0{'bytes seen':^{width - 12}}{max_x / 1e6:.1f}M")
     lines.append("held-out bits/byte; T = target, D = draft")
@@ -48,6 +57,7 @@ def write_curve(state_dir: Path, out_dir: Path) -> Path | None:
         return None
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

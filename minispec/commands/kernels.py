@@ -5,6 +5,7 @@
 On a GPU the kernels are generated Triton (`triton_...`), on a CPU generated C++ (`cpp_fused_...`).
 Counting them shows how well the sampler fuses: every kernel is one pass over its inputs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,25 +21,36 @@ from sampling import rejection_sample
 KERNEL_NAME = re.compile(r"^(triton_\w+|cpp_fused_\w+) = async_compile", re.MULTILINE)
 
 
-def sampler_source(device: str, batch_size: int = 64, k: int = 4, vocab_size: int = 32000,
-                   one_hot: bool = False) -> tuple[str, list[str]]:
+def sampler_source(
+    device: str, batch_size: int = 64, k: int = 4, vocab_size: int = 32000, one_hot: bool = False
+) -> tuple[str, list[str]]:
     """Compile the sampler afresh for these shapes; return the generated source and kernel names."""
     g = torch.Generator(device=device).manual_seed(0)
     target_logits = torch.randn(batch_size, k + 1, vocab_size, device=device, generator=g)
     draft_ids = torch.randint(vocab_size, (batch_size, k), device=device, generator=g)
-    draft_probs = None if one_hot else torch.rand(batch_size, k, vocab_size, device=device, generator=g).softmax(-1)
+    draft_probs = (
+        None
+        if one_hot
+        else torch.rand(batch_size, k, vocab_size, device=device, generator=g).softmax(-1)
+    )
     torch._dynamo.reset()  # forget compiled graphs so that this call generates code again
     with torch._inductor.config.patch(fx_graph_cache=False):
-        _, sources = run_and_get_code(lambda: rejection_sample(target_logits, draft_ids, draft_probs, generator=g))
+        _, sources = run_and_get_code(
+            lambda: rejection_sample(target_logits, draft_ids, draft_probs, generator=g)
+        )
     source = "\n\n".join(sources)
     return source, KERNEL_NAME.findall(source)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="minispec kernels", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", type=device_name,
-                        default="cuda" if torch.cuda.is_available() else "cpu")
+    parser = OneLineParser(
+        prog="minispec kernels",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--out", default="results")
     args = parser.parse_args(argv)
     out = Path(args.out)

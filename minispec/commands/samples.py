@@ -7,6 +7,7 @@ Each sample is the default prompt plus `max_new_tokens` sampled bytes at tempera
 that Python's own parser accepts: indentation, brackets and statements all have to be right, so
 a text that merely looks like Python scores low. A sample "reads as Python" at >= 80 %.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     from minispec.commands.args import OneLineParser, integer
     from minispec.commands.cli import DEFAULT_PROMPT
 
-    parser = OneLineParser(prog="minispec samples", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(
+        prog="minispec samples",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--n", type=integer(1), default=20, help="number of samples (seeds 0..n-1)")
     parser.add_argument("--max-new-tokens", type=integer(), default=200)
     parser.add_argument("--target", default=None)
@@ -42,12 +46,22 @@ def main(argv: list[str] | None = None) -> int:
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
 
     decoder = minispec.load_decoder(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT)
-    out = minispec.generate([DEFAULT_PROMPT] * args.n, temperature=1.0, seed=0, decoder=decoder,
-                            max_new_tokens=args.max_new_tokens)
+    out = minispec.generate(
+        [DEFAULT_PROMPT] * args.n,
+        temperature=1.0,
+        seed=0,
+        decoder=decoder,
+        max_new_tokens=args.max_new_tokens,
+    )
     fractions = [parsed_fraction(DEFAULT_PROMPT + text) for text in out.texts]
     reads = sum(f >= 0.8 for f in fractions)
-    print(f"{args.n} samples of {args.max_new_tokens} bytes at temperature 1 from {DEFAULT_PROMPT!r}")
-    print(f"  parsed fraction: median {statistics.median(fractions):.2f}, mean {statistics.mean(fractions):.2f}")
+    print(
+        f"{args.n} samples of {args.max_new_tokens} bytes at temperature 1 from {DEFAULT_PROMPT!r}"
+    )
+    print(
+        f"  parsed fraction: median {statistics.median(fractions):.2f}, "
+        f"mean {statistics.mean(fractions):.2f}"
+    )
     print(f"  reads as Python (>= 80 % of lines parse): {reads} of {args.n}")
     print("--- sample 0 ---")
     print(DEFAULT_PROMPT + out.texts[0])

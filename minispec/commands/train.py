@@ -16,6 +16,7 @@ Ctrl-C or a kill at any moment leaves the last state intact (a kill also leaves 
 file, which the next run removes), and `--resume` continues it with any number of processes.
 A saved state is never overwritten silently: start over with `--force`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,12 @@ import torch.nn.functional as F
 from minispec.commands.args import OneLineParser, integer, real
 from minispec.commands.corpus import Corpus, load_corpus
 from minispec.commands.curve import write_curve
-from model.checkpoint import (load_checkpoint, read_checkpoint, remove_stale_temporaries,
-                              save_checkpoint)
+from model.checkpoint import (
+    load_checkpoint,
+    read_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
 from model.config import PRESETS
 from model.gpt import GPT
 
@@ -49,7 +54,9 @@ class Schedule:
     seq_len: int
     lr: float
     warmup: int = 100
-    distill_weight: float = 0.0  # weight of KL(target || draft); the rest is next-byte cross-entropy
+    distill_weight: float = (
+        0.0  # weight of KL(target || draft); the rest is next-byte cross-entropy
+    )
     save_every: int = 200
     eval_every: int = 100  # held-out bits/byte on EVAL_WINDOWS windows, for the loss curve
     export_dtype: str = "float32"
@@ -61,25 +68,58 @@ EVAL_WINDOWS = 64  # 32k held-out bytes: a curve point in seconds; the final fig
 SCHEDULES: dict[str, dict[str, Schedule]] = {
     # The shipped pair. Sized for about 100 minutes on one core of the shared 2-core machine;
     # the choice of batch and rate is recorded in checkpoints/README.md.
-    "cpu": {"target": Schedule(steps=600, batch_size=16, seq_len=512, lr=2e-3, save_every=50, eval_every=50,
-                               export_dtype="float16"),
-            "draft": Schedule(steps=400, batch_size=16, seq_len=512, lr=3e-3, distill_weight=0.8, save_every=50,
-                              eval_every=50, export_dtype="float16")},
-    "gpu": {"target": Schedule(steps=20000, batch_size=64, seq_len=512, lr=1e-3, save_every=1000),
-            "draft": Schedule(steps=10000, batch_size=64, seq_len=512, lr=2e-3, distill_weight=0.8,
-                              save_every=1000)},
-    "tiny": {"target": Schedule(steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, save_every=10,
-                                eval_every=10),
-             "draft": Schedule(steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, distill_weight=0.8,
-                               save_every=10, eval_every=10)},
+    "cpu": {
+        "target": Schedule(
+            steps=600,
+            batch_size=16,
+            seq_len=512,
+            lr=2e-3,
+            save_every=50,
+            eval_every=50,
+            export_dtype="float16",
+        ),
+        "draft": Schedule(
+            steps=400,
+            batch_size=16,
+            seq_len=512,
+            lr=3e-3,
+            distill_weight=0.8,
+            save_every=50,
+            eval_every=50,
+            export_dtype="float16",
+        ),
+    },
+    "gpu": {
+        "target": Schedule(steps=20000, batch_size=64, seq_len=512, lr=1e-3, save_every=1000),
+        "draft": Schedule(
+            steps=10000, batch_size=64, seq_len=512, lr=2e-3, distill_weight=0.8, save_every=1000
+        ),
+    },
+    "tiny": {
+        "target": Schedule(
+            steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, save_every=10, eval_every=10
+        ),
+        "draft": Schedule(
+            steps=30,
+            batch_size=4,
+            seq_len=64,
+            lr=3e-3,
+            warmup=5,
+            distill_weight=0.8,
+            save_every=10,
+            eval_every=10,
+        ),
+    },
 }
 
 
-def get_batch(data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def get_batch(
+    data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of the corpus; a function of (seed, step) alone so that resuming is exact."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=g)
-    windows = torch.stack([data[s:s + seq_len + 1] for s in starts.tolist()]).long()
+    windows = torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).long()
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -93,16 +133,22 @@ def learning_rate(schedule: Schedule, step: int) -> float:
 
 
 @torch.no_grad()
-def held_out_bits_per_byte(model: GPT, data: torch.Tensor, seq_len: int, max_windows: int | None = None) -> float:
+def held_out_bits_per_byte(
+    model: GPT, data: torch.Tensor, seq_len: int, max_windows: int | None = None
+) -> float:
     """Mean next-byte cross-entropy on held-out files, in bits (tokens are bytes)."""
     model.eval()
     n = (data.numel() - 1) // seq_len
     n = min(n, max_windows) if max_windows else n
     total = 0.0
     for i in range(0, n, 16):
-        rows = torch.stack([data[j * seq_len:(j + 1) * seq_len + 1] for j in range(i, min(n, i + 16))]).long()
+        rows = torch.stack(
+            [data[j * seq_len : (j + 1) * seq_len + 1] for j in range(i, min(n, i + 16))]
+        ).long()
         logits = model(rows[:, :-1])
-        total += F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten(), reduction="sum").item()
+        total += F.cross_entropy(
+            logits.flatten(0, 1), rows[:, 1:].flatten(), reduction="sum"
+        ).item()
     model.train()
     return total / (n * seq_len) / math.log(2)
 
@@ -111,8 +157,11 @@ def optimizer_for(model: GPT, lr: float) -> torch.optim.AdamW:
     # Decay matrices only: norms' gains and the like should not be pulled towards zero.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
 
 
 def optimizer_tensors(model: GPT, opt: torch.optim.AdamW) -> dict[str, torch.Tensor]:
@@ -125,17 +174,22 @@ def optimizer_tensors(model: GPT, opt: torch.optim.AdamW) -> dict[str, torch.Ten
     return out
 
 
-def restore_optimizer(model: GPT, opt: torch.optim.AdamW, tensors: dict[str, torch.Tensor], step: int) -> None:
+def restore_optimizer(
+    model: GPT, opt: torch.optim.AdamW, tensors: dict[str, torch.Tensor], step: int
+) -> None:
     for name, p in model.named_parameters():
         if f"optim.exp_avg.{name}" in tensors:
-            opt.state[p] = {"step": torch.tensor(float(step)),
-                            "exp_avg": tensors[f"optim.exp_avg.{name}"].clone(),
-                            "exp_avg_sq": tensors[f"optim.exp_avg_sq.{name}"].clone()}
+            opt.state[p] = {
+                "step": torch.tensor(float(step)),
+                "exp_avg": tensors[f"optim.exp_avg.{name}"].clone(),
+                "exp_avg_sq": tensors[f"optim.exp_avg_sq.{name}"].clone(),
+            }
 
 
 @dataclass(frozen=True, slots=True)
 class Ranks:
-    """This process's place in a torchrun launch; a plain `python -m minispec train` is rank 0 of 1."""
+    """This process's place in a torchrun launch (a plain `python -m minispec train`: 0 of 1)."""
+
     rank: int = 0
     world: int = 1
 
@@ -144,9 +198,9 @@ class Ranks:
         return self.rank == 0  # only rank 0 writes checkpoints, state and logs
 
     def shard(self, rows: torch.Tensor) -> torch.Tensor:
-        """This rank's rows of a global batch: every rank sees the same batch and takes its slice."""
+        """This rank's rows of a global batch: every rank draws the batch and takes its slice."""
         per_rank = rows.shape[0] // self.world
-        return rows[self.rank * per_rank:(self.rank + 1) * per_rank]
+        return rows[self.rank * per_rank : (self.rank + 1) * per_rank]
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -171,6 +225,7 @@ def init_ranks() -> Ranks:
     if world == 1:
         return Ranks()
     import torch.distributed as dist
+
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return Ranks(dist.get_rank(), dist.get_world_size())
@@ -179,7 +234,9 @@ def init_ranks() -> Ranks:
 class ProgressLog:
     """Progress a person can read (stdout) and the same records as JSON lines beside the state."""
 
-    def __init__(self, path: Path, role: str, schedule: Schedule, start: int, enabled: bool) -> None:
+    def __init__(
+        self, path: Path, role: str, schedule: Schedule, start: int, enabled: bool
+    ) -> None:
         self.path, self.role, self.schedule, self.enabled = path, role, schedule, enabled
         self.last_step, self.last_time = start, time.perf_counter()
         if enabled:
@@ -196,41 +253,73 @@ class ProgressLog:
         tok_s = (step - self.last_step) * s.batch_size * s.seq_len / (now - self.last_time)
         self.last_step, self.last_time = step, now
         eta = (s.steps - step) * s.batch_size * s.seq_len / tok_s
-        entry = {"role": self.role, "step": step, "bytes_seen": step * s.batch_size * s.seq_len,
-                 "train_bpb": round(train_bpb, 4), "heldout_bpb": None if heldout_bpb is None else round(heldout_bpb, 4),
-                 "tokens_per_s": round(tok_s), "eta_s": round(eta), "lr": learning_rate(s, step - 1)}
+        entry = {
+            "role": self.role,
+            "step": step,
+            "bytes_seen": step * s.batch_size * s.seq_len,
+            "train_bpb": round(train_bpb, 4),
+            "heldout_bpb": None if heldout_bpb is None else round(heldout_bpb, 4),
+            "tokens_per_s": round(tok_s),
+            "eta_s": round(eta),
+            "lr": learning_rate(s, step - 1),
+        }
         held = f" | held-out {heldout_bpb:.3f}" if heldout_bpb is not None else ""
-        print(f"[{self.role}] step {step}/{s.steps} | {entry['bytes_seen'] / 1e6:.2f}M bytes | train "
-              f"{train_bpb:.3f} bits/byte{held} | {tok_s:,.0f} tok/s | ETA {int(eta // 60)}m{int(eta % 60):02d}s",
-              flush=True)
+        print(
+            f"[{self.role}] step {step}/{s.steps} | {entry['bytes_seen'] / 1e6:.2f}M bytes | train "
+            f"{train_bpb:.3f} bits/byte{held} | {tok_s:,.0f} tok/s | "
+            f"ETA {int(eta // 60)}m{int(eta % 60):02d}s",
+            flush=True,
+        )
         with open(self.path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
 
-def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: Path, seed: int,
-              command: str, resume: bool, teacher: GPT | None = None, compile: bool = True,
-              ranks: Ranks = Ranks(), overrides: dict | None = None, autocast: bool = True) -> Path:
+def train_one(
+    role: str,
+    preset: str,
+    corpus: Corpus,
+    out_dir: Path,
+    state_dir: Path,
+    seed: int,
+    command: str,
+    resume: bool,
+    teacher: GPT | None = None,
+    compile: bool = True,
+    ranks: Ranks = Ranks(),
+    overrides: dict | None = None,
+    autocast: bool = True,
+) -> Path:
     """Train one model of the pair and export it to out_dir/<role>.safetensors."""
     schedule = dataclasses.replace(SCHEDULES[preset][role], **(overrides or {}))
     if schedule.batch_size % ranks.world:
-        raise ValueError(f"the {role}'s global batch of {schedule.batch_size} does not split over {ranks.world} processes")
-    state_path, final_path = state_dir / f"{role}.state.safetensors", out_dir / f"{role}.safetensors"
+        raise ValueError(
+            f"the {role}'s global batch of {schedule.batch_size} does not split over "
+            f"{ranks.world} processes"
+        )
+    state_path, final_path = (
+        state_dir / f"{role}.state.safetensors",
+        out_dir / f"{role}.safetensors",
+    )
     torch.manual_seed(seed + (role == "draft"))
     model, start = GPT(PRESETS[preset][role]), 0
     opt = optimizer_for(model, schedule.lr)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
         if "step" not in meta:
-            raise ValueError(f"--resume: {state_path} is a finished model, not a training state "
-                             f"(it records no step); remove it or drop --resume")
+            raise ValueError(
+                f"--resume: {state_path} is a finished model, not a training state "
+                f"(it records no step); remove it or drop --resume"
+            )
         # Continuing another run's state under this run's name would record a seed and corpus
         # that only the second half of training saw.
         found = (model.config, meta.get("seed"), meta.get("corpus_fingerprint"))
         if found != (PRESETS[preset][role], str(seed), corpus.fingerprint):
-            raise ValueError(f"--resume: {state_path} is from another run (preset {meta.get('preset')!r}, "
-                             f"seed {meta.get('seed')}, corpus {str(meta.get('corpus_fingerprint'))[:16]}; this "
-                             f"run: {preset!r}, seed {seed}, corpus {corpus.fingerprint[:16]}); "
-                             f"remove it or drop --resume")
+            raise ValueError(
+                f"--resume: {state_path} is from another run (preset {meta.get('preset')!r}, "
+                f"seed {meta.get('seed')}, corpus {str(meta.get('corpus_fingerprint'))[:16]}; this "
+                f"run: {preset!r}, seed {seed}, corpus {corpus.fingerprint[:16]}); "
+                f"remove it or drop --resume"
+            )
         opt = optimizer_for(model, schedule.lr)
         start = int(meta["step"])
         restore_optimizer(model, opt, read_checkpoint(state_path)[0], start)
@@ -241,22 +330,33 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
     # them, which is the gradient of the global batch's mean loss (the shards are equal in size).
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else model
     # Training runs compiled, and under bf16 autocast where the hardware has bf16 units (fast_bf16):
-    # together ~2.3x the tokens/s of eager fp32 on such a CPU. Weights and optimizer state stay fp32.
+    # together ~2.3x the tokens/s of eager fp32 on such a CPU. Weights and AdamW state stay fp32.
     forward = torch.compile(wrapped) if compile else wrapped
     teacher_forward = torch.compile(teacher) if compile and teacher is not None else teacher
-    meta = {"role": role, "preset": preset, "train_command": command, "seed": str(seed),
-            "corpus": "python stdlib .py sources (no test suites)", "corpus_fingerprint": corpus.fingerprint}
+    meta = {
+        "role": role,
+        "preset": preset,
+        "train_command": command,
+        "seed": str(seed),
+        "corpus": "python stdlib .py sources (no test suites)",
+        "corpus_fingerprint": corpus.fingerprint,
+    }
     log = ProgressLog(state_dir / f"{role}.log.jsonl", role, schedule, start, ranks.writer)
 
     def save_state(step: int) -> None:
         if ranks.writer:
-            save_checkpoint(state_path, model, {**meta, "step": str(step)}, extra=optimizer_tensors(model, opt))
+            save_checkpoint(
+                state_path, model, {**meta, "step": str(step)}, extra=optimizer_tensors(model, opt)
+            )
         ranks.barrier()  # no rank runs ahead of (or reads) a state rank 0 has not finished writing
 
     for step in range(start, schedule.steps):
         for group in opt.param_groups:
             group["lr"] = learning_rate(schedule, step)
-        x, y = (ranks.shard(t) for t in get_batch(corpus.train, schedule.batch_size, schedule.seq_len, seed, step))
+        x, y = (
+            ranks.shard(t)
+            for t in get_batch(corpus.train, schedule.batch_size, schedule.seq_len, seed, step)
+        )
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = forward(x).float()
         cross_entropy = F.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -264,10 +364,17 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
         if teacher is not None:
             # Distillation: a draft that imitates the target's distribution (not just the data)
             # raises alpha = sum min(p, q), which is what speculative decoding pays on.
-            with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+            with (
+                torch.no_grad(),
+                torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast),
+            ):
                 teacher_logp = F.log_softmax(teacher_forward(x).float(), dim=-1)
-            kl = F.kl_div(F.log_softmax(logits, dim=-1).flatten(0, 1), teacher_logp.flatten(0, 1),
-                          log_target=True, reduction="batchmean")
+            kl = F.kl_div(
+                F.log_softmax(logits, dim=-1).flatten(0, 1),
+                teacher_logp.flatten(0, 1),
+                log_target=True,
+                reduction="batchmean",
+            )
             loss = schedule.distill_weight * kl + (1 - schedule.distill_weight) * cross_entropy
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -275,7 +382,11 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
         opt.step()
         if (step + 1) % 10 == 0 or step + 1 == schedule.steps:
             evaluate = (step + 1) % schedule.eval_every == 0 and ranks.writer
-            held = held_out_bits_per_byte(model, corpus.held_out, schedule.seq_len, EVAL_WINDOWS) if evaluate else None
+            held = (
+                held_out_bits_per_byte(model, corpus.held_out, schedule.seq_len, EVAL_WINDOWS)
+                if evaluate
+                else None
+            )
             log.record(step + 1, cross_entropy.item() / math.log(2), held)
         if (step + 1) % schedule.save_every == 0:
             save_state(step + 1)
@@ -284,12 +395,21 @@ def train_one(role: str, preset: str, corpus: Corpus, out_dir: Path, state_dir: 
         export_dtype = getattr(torch, schedule.export_dtype)
         # Evaluate the weights as exported (rounded to the export dtype), since those are what ship.
         exported = GPT(model.config)
-        exported.load_state_dict({k: v.to(export_dtype).float() for k, v in model.state_dict().items()})
+        exported.load_state_dict(
+            {k: v.to(export_dtype).float() for k, v in model.state_dict().items()}
+        )
         bpb = held_out_bits_per_byte(exported, corpus.held_out, schedule.seq_len)
-        print(f"[{role}] held-out {bpb:.4f} bits/byte (all {corpus.held_out.numel():,} held-out bytes) -> {final_path}",
-              flush=True)
-        save_checkpoint(final_path, model, {**meta, "steps": str(schedule.steps), "heldout_bpb": f"{bpb:.4f}"},
-                        dtype=export_dtype)
+        print(
+            f"[{role}] held-out {bpb:.4f} bits/byte (all {corpus.held_out.numel():,} held-out "
+            f"bytes) -> {final_path}",
+            flush=True,
+        )
+        save_checkpoint(
+            final_path,
+            model,
+            {**meta, "steps": str(schedule.steps), "heldout_bpb": f"{bpb:.4f}"},
+            dtype=export_dtype,
+        )
     ranks.barrier()
     return final_path
 
@@ -305,39 +425,64 @@ def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: 
             with tempfile.TemporaryFile(dir=folder):
                 pass
         except OSError as exc:
-            raise ValueError(f"{flag} {folder}: cannot write there "
-                             f"({exc.strerror or exc})") from None
+            raise ValueError(
+                f"{flag} {folder}: cannot write there ({exc.strerror or exc})"
+            ) from None
         for path in remove_stale_temporaries(folder):
             print(f"removed {path}, left by an interrupted save", flush=True)
     earlier = [state_dir / f"{role}.state.safetensors" for role in roles]
     if not keep_state and (found := [p for p in earlier if p.exists()]):
-        raise ValueError(f"{found[0]} holds an earlier run's state: continue it with --resume, "
-                         f"or start over with --force")
+        raise ValueError(
+            f"{found[0]} holds an earlier run's state: continue it with --resume, "
+            f"or start over with --force"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="minispec train", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(
+        prog="minispec train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--preset", default="cpu", choices=sorted(SCHEDULES))
-    parser.add_argument("--out-dir", default="checkpoints", help="where the finished pair is written")
-    parser.add_argument("--state-dir", default=None, help="periodic training state (default runs/<preset>)")
+    parser.add_argument(
+        "--out-dir", default="checkpoints", help="where the finished pair is written"
+    )
+    parser.add_argument(
+        "--state-dir", default=None, help="periodic training state (default runs/<preset>)"
+    )
     parser.add_argument("--seed", type=integer(0), default=1234)
     fresh_or_not = parser.add_mutually_exclusive_group()
-    fresh_or_not.add_argument("--resume", action="store_true",
-                              help="continue from the last saved state")
-    fresh_or_not.add_argument("--force", action="store_true",
-                              help="start afresh over a saved state")
+    fresh_or_not.add_argument(
+        "--resume", action="store_true", help="continue from the last saved state"
+    )
+    fresh_or_not.add_argument(
+        "--force", action="store_true", help="start afresh over a saved state"
+    )
     parser.add_argument("--only", choices=["target", "draft"], help="train one model of the pair")
-    parser.add_argument("--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)")
-    parser.add_argument("--fp32", action="store_true",
-                        help="no bf16 autocast even where bf16 is fast (runs with different process counts "
-                             "then agree to fp32 rounding)")
-    for flag, kind in (("steps", integer(1)), ("batch-size", integer(1)),
-                       ("lr", real(positive=True))):
-        parser.add_argument(f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)")
+    parser.add_argument(
+        "--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)"
+    )
+    parser.add_argument(
+        "--fp32",
+        action="store_true",
+        help="no bf16 autocast even where bf16 is fast (runs with different process counts "
+        "then agree to fp32 rounding)",
+    )
+    for flag, kind in (
+        ("steps", integer(1)),
+        ("batch-size", integer(1)),
+        ("lr", real(positive=True)),
+    ):
+        parser.add_argument(
+            f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)"
+        )
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
-                 if v is not None}
+    overrides = {
+        k: v
+        for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
+        if v is not None
+    }
     out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
     command = "python -m minispec train " + shlex.join(argv if argv is not None else sys.argv[1:])
     ranks = init_ranks()
@@ -345,33 +490,64 @@ def main(argv: list[str] | None = None) -> int:
         roles = [r for r in ("target", "draft") if args.only in (None, r)]
         check_folders(out_dir, state_dir, roles, keep_state=args.resume or args.force)
     if args.only == "draft" and not (out_dir / "target.safetensors").is_file():
-        raise ValueError(f"--only draft distils from a trained target, and "
-                         f"{out_dir / 'target.safetensors'} does not exist: train it first")
+        raise ValueError(
+            f"--only draft distils from a trained target, and "
+            f"{out_dir / 'target.safetensors'} does not exist: train it first"
+        )
     autocast = not args.fp32 and fast_bf16(torch.device("cpu"))
     corpus = load_corpus()
     if ranks.writer:
-        print(f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / {corpus.held_out.numel():,} "
-              f"held-out bytes, fingerprint {corpus.fingerprint[:16]}, {ranks.world} process(es), "
-              f"{'bf16 autocast' if autocast else 'fp32'}", flush=True)
+        print(
+            f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / "
+            f"{corpus.held_out.numel():,} "
+            f"held-out bytes, fingerprint {corpus.fingerprint[:16]}, {ranks.world} process(es), "
+            f"{'bf16 autocast' if autocast else 'fp32'}",
+            flush=True,
+        )
     try:
         target_path = out_dir / "target.safetensors"
         # On --resume the target always goes through train_one, even if a target.safetensors
         # exists: that file may be from another run (the shipped pair lives in checkpoints/), and
         # only the saved state tells how far this run got. A finished state costs one re-export.
         if args.only != "draft":
-            train_one("target", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume,
-                      compile=args.compile, ranks=ranks, overrides=overrides,
-                      autocast=autocast)
+            train_one(
+                "target",
+                args.preset,
+                corpus,
+                out_dir,
+                state_dir,
+                args.seed,
+                command,
+                args.resume,
+                compile=args.compile,
+                ranks=ranks,
+                overrides=overrides,
+                autocast=autocast,
+            )
         if args.only != "target":
             teacher, _ = load_checkpoint(target_path)
             teacher.requires_grad_(False)
-            train_one("draft", args.preset, corpus, out_dir, state_dir, args.seed, command, args.resume, teacher,
-                      compile=args.compile, ranks=ranks, overrides=overrides,
-                      autocast=autocast)
+            train_one(
+                "draft",
+                args.preset,
+                corpus,
+                out_dir,
+                state_dir,
+                args.seed,
+                command,
+                args.resume,
+                teacher,
+                compile=args.compile,
+                ranks=ranks,
+                overrides=overrides,
+                autocast=autocast,
+            )
         if ranks.writer and (curve := write_curve(state_dir, out_dir)) is not None:
             print(f"loss curve -> {curve}", flush=True)
     except KeyboardInterrupt:
-        print("\ninterrupted: the last saved state is intact; continue with --resume", file=sys.stderr)
+        print(
+            "\ninterrupted: the last saved state is intact; continue with --resume", file=sys.stderr
+        )
         return 130
     finally:
         if ranks.world > 1:

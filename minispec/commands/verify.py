@@ -25,11 +25,10 @@ probability about 2e-9 per figure).
 from __future__ import annotations
 
 import argparse
+from fractions import Fraction
 
 import numpy as np
 import torch
-
-from fractions import Fraction
 
 from minispec.commands.args import OneLineParser, integer
 from minispec.stats import expected_tokens_per_round
@@ -54,8 +53,9 @@ class Verdict:
     def check(self, name: str, measured: float, expected: float, sigma: float) -> str:
         ok = abs(measured - expected) <= SIGMAS * sigma + 1e-12
         if not ok:
-            self.failures.append(f"{name}: measured {measured:.5f}, expected {expected:.5f} "
-                                 f"+- {SIGMAS * sigma:.5f}")
+            self.failures.append(
+                f"{name}: measured {measured:.5f}, expected {expected:.5f} +- {SIGMAS * sigma:.5f}"
+            )
         return " " if ok else "!"
 
 
@@ -66,31 +66,59 @@ def worked_example(draws: int, seed: int, verdict: Verdict) -> None:
     alpha = np.minimum(P, Q).sum()
     naive_law = np.minimum(P, Q) + (1 - alpha) * P
     methods = [  # name, draft ids, draft_probs, method, expected acceptance, expected output
-        ("probabilistic", torch.multinomial(q[:, 0], 1, replacement=True, generator=gen), q,
-         "standard", alpha, P),
-        ("one-hot argmax", torch.full((draws, 1), int(Q.argmax())), None, "standard",
-         P[Q.argmax()], P),
-        ("naive", torch.multinomial(q[:, 0], 1, replacement=True, generator=gen), q, "naive",
-         alpha, naive_law),
+        (
+            "probabilistic",
+            torch.multinomial(q[:, 0], 1, replacement=True, generator=gen),
+            q,
+            "standard",
+            alpha,
+            P,
+        ),
+        (
+            "one-hot argmax",
+            torch.full((draws, 1), int(Q.argmax())),
+            None,
+            "standard",
+            P[Q.argmax()],
+            P,
+        ),
+        (
+            "naive",
+            torch.multinomial(q[:, 0], 1, replacement=True, generator=gen),
+            q,
+            "naive",
+            alpha,
+            naive_law,
+        ),
     ]
     print(f"1. p = {P.tolist()}, q = {Q.tolist()}; {draws:,} rounds of one draft each\n")
-    print(f"{'method':<15} {'accept':>7} {'expect':>7}  {'output frequencies':<36} "
-          f"{'L1 to p':>7} {'expect':>7}")
+    print(
+        f"{'method':<15} {'accept':>7} {'expect':>7}  {'output frequencies':<36} "
+        f"{'L1 to p':>7} {'expect':>7}"
+    )
     for name, drafts, draft_probs, method, expected_accept, expected_out in methods:
         out = rejection_sample(logits, drafts, draft_probs, generator=gen, method=method)
         accept = out.num_accepted.double().mean().item()
         freq = np.bincount(out.token_ids[:, 0].numpy(), minlength=len(P)) / draws
         l1, expected_l1 = np.abs(freq - P).sum(), np.abs(expected_out - P).sum()
         cell_sigma = np.sqrt(expected_out * (1 - expected_out) / draws)
-        marks = verdict.check(f"{name} acceptance", accept, expected_accept,
-                              np.sqrt(expected_accept * (1 - expected_accept) / draws))
-        marks += "".join(verdict.check(f"{name} frequency of token {i}", f, e, s)
-                         for i, (f, e, s) in enumerate(zip(freq, expected_out, cell_sigma)))
+        marks = verdict.check(
+            f"{name} acceptance",
+            accept,
+            expected_accept,
+            np.sqrt(expected_accept * (1 - expected_accept) / draws),
+        )
+        marks += "".join(
+            verdict.check(f"{name} frequency of token {i}", f, e, s)
+            for i, (f, e, s) in enumerate(zip(freq, expected_out, cell_sigma))
+        )
         # |L1 - expected L1| <= sum |freq - expected|, so the cells' sigmas bound its error.
         marks += verdict.check(f"{name} L1 to p", l1, expected_l1, cell_sigma.sum())
-        print(f"{name:<15} {accept:7.4f} {expected_accept:7.4f}  "
-              f"{' '.join(f'{f:.4f}' for f in freq):<36} {l1:7.4f} {expected_l1:7.4f}"
-              f"{'  <- off' if marks.strip() else ''}")
+        print(
+            f"{name:<15} {accept:7.4f} {expected_accept:7.4f}  "
+            f"{' '.join(f'{f:.4f}' for f in freq):<36} {l1:7.4f} {expected_l1:7.4f}"
+            f"{'  <- off' if marks.strip() else ''}"
+        )
     print(f"\nnaive's token 0: {naive_law[0]:.3f} expected (min(p, q) + (1 - alpha) p)")
 
 
@@ -103,8 +131,10 @@ def pair_with_acceptance(alpha: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tokens_per_round(rounds: int, seed: int, verdict: Verdict) -> None:
-    print("\n2. Eq. (1): expected tokens per round (1 - a^(g+1)) / (1 - a), against rounds "
-          f"simulated through the sampler ({rounds:,} rounds each)\n")
+    print(
+        "\n2. Eq. (1): expected tokens per round (1 - a^(g+1)) / (1 - a), against rounds "
+        f"simulated through the sampler ({rounds:,} rounds each)\n"
+    )
     print(f"{'alpha':>5} {'gamma':>5} {'eq. (1)':>8} {'measured':>9} {'6 sigma':>8}")
     gen = torch.Generator().manual_seed(seed + 1)
     for alpha in (0.75, 0.9):
@@ -112,44 +142,53 @@ def tokens_per_round(rounds: int, seed: int, verdict: Verdict) -> None:
         for gamma in (3, 7):
             logits = _logits(p).expand(rounds, gamma + 1, 4)
             q_rows = torch.tensor(q, dtype=torch.float32).expand(rounds, gamma, 4)
-            drafts = torch.multinomial(q_rows.reshape(-1, 4), 1, replacement=True,
-                                       generator=gen).view(rounds, gamma)
-            out = rejection_sample(logits.contiguous(), drafts, q_rows.contiguous(),
-                                   generator=gen)
+            drafts = torch.multinomial(
+                q_rows.reshape(-1, 4), 1, replacement=True, generator=gen
+            ).view(rounds, gamma)
+            out = rejection_sample(logits.contiguous(), drafts, q_rows.contiguous(), generator=gen)
             emitted = (out.num_accepted + 1).double()
             # The law of n + 1: P(n = i) = a^i (1 - a) for i < g, P(n = g) = a^g.
             n = np.arange(gamma + 1)
-            law = np.where(n < gamma, alpha ** n * (1 - alpha), alpha ** gamma)
+            law = np.where(n < gamma, alpha**n * (1 - alpha), alpha**gamma)
             mean = expected_tokens_per_round(alpha, gamma)  # eq. (1), as the decode stats use it
             assert abs((law * (n + 1)).sum() - mean) < 1e-12
             sigma = np.sqrt((law * (n + 1 - mean) ** 2).sum() / rounds)
             measured = emitted.mean().item()
-            mark = verdict.check(f"tokens per round, alpha {alpha}, gamma {gamma}", measured,
-                                 mean, sigma)
-            print(f"{alpha:5.2f} {gamma:5d} {mean:8.3f} {measured:9.3f} {SIGMAS * sigma:8.3f}"
-                  f"{'  <- off' if mark.strip() else ''}")
+            mark = verdict.check(
+                f"tokens per round, alpha {alpha}, gamma {gamma}", measured, mean, sigma
+            )
+            print(
+                f"{alpha:5.2f} {gamma:5d} {mean:8.3f} {measured:9.3f} {SIGMAS * sigma:8.3f}"
+                f"{'  <- off' if mark.strip() else ''}"
+            )
 
 
 def block_toy_example(rounds: int, seed: int, verdict: Verdict) -> None:
     big, small = [Fraction(1, 3), Fraction(2, 3)], [Fraction(2, 3), Fraction(1, 3)]
     target, draft = (lambda prefix: big), (lambda prefix: small)
     gamma = 2
-    print("\n3. Block verification, toy example: V = {a, b}, Mb = (1/3, 2/3), "
-          f"Ms = (2/3, 1/3), gamma = {gamma}; {rounds:,} rounds each\n")
+    print(
+        "\n3. Block verification, toy example: V = {a, b}, Mb = (1/3, 2/3), "
+        f"Ms = (2/3, 1/3), gamma = {gamma}; {rounds:,} rounds each\n"
+    )
     print("expected accepted drafts, exact and measured; the first token of a round follows Mb\n")
-    print(f"{'method':<10} {'exact':>6} {'':>7} {'measured':>9} {'6 sigma':>8}  "
-          f"{'first token a, b':>16}")
+    print(
+        f"{'method':<10} {'exact':>6} {'':>7} {'measured':>9} {'6 sigma':>8}  "
+        f"{'first token a, b':>16}"
+    )
     gen = torch.Generator().manual_seed(seed + 2)
     logits = _logits(np.array([1 / 3, 2 / 3])).expand(rounds, gamma + 1, 2).contiguous()
     q_rows = torch.tensor([2 / 3, 1 / 3]).expand(rounds, gamma, 2).contiguous()
     for method in ("standard", "block"):
         law = exact_law.round_law(target, draft, gamma, 2, exact_law.RULES[method])
         expected = exact_law.expected_accepted(law)
-        lengths = {t: float(sum(p for e, p in law.items() if len(e) == t + 1))
-                   for t in range(gamma + 1)}
+        lengths = {
+            t: float(sum(p for e, p in law.items() if len(e) == t + 1)) for t in range(gamma + 1)
+        }
         sigma = np.sqrt(sum(p * (t - float(expected)) ** 2 for t, p in lengths.items()) / rounds)
-        drafts = torch.multinomial(q_rows.view(-1, 2), 1, replacement=True,
-                                   generator=gen).view(rounds, gamma)
+        drafts = torch.multinomial(q_rows.view(-1, 2), 1, replacement=True, generator=gen).view(
+            rounds, gamma
+        )
         out = rejection_sample(logits, drafts, q_rows, generator=gen, method=method)
         measured = out.num_accepted.double().mean().item()
         mark = verdict.check(f"{method} accepted drafts", measured, float(expected), sigma)
@@ -157,27 +196,37 @@ def block_toy_example(rounds: int, seed: int, verdict: Verdict) -> None:
         # count of b among them is Binomial(rounds, 2/3).
         freq_b = out.token_ids[:, 0].double().mean().item()
         mark += verdict.check(f"{method} frequency of b", freq_b, 2 / 3, np.sqrt(2 / 9 / rounds))
-        print(f"{method:<10} {str(expected):>6} {float(expected):7.4f} {measured:9.4f} "
-              f"{SIGMAS * sigma:8.4f}  {1 - freq_b:>9.4f} {freq_b:.4f}"
-              f"{'  <- off' if mark.strip() else ''}")
+        print(
+            f"{method:<10} {str(expected):>6} {float(expected):7.4f} {measured:9.4f} "
+            f"{SIGMAS * sigma:8.4f}  {1 - freq_b:>9.4f} {freq_b:.4f}"
+            f"{'  <- off' if mark.strip() else ''}"
+        )
     optimum = exact_law.optimum_accepted(target, draft, gamma, 2)
-    print(f"{'optimum':<10} {str(optimum):>6} {float(optimum):7.4f}  (sum over i and x^i of "
-          "min(Mb(x^i), Ms(x^i)))")
-    print("\nWhy the LAST passing index wins: p_i, the capped likelihood ratio Mb/Ms of the whole "
-          "prefix X^i,\nrises again after a draft that Mb likes more than Ms did, so a later "
-          "position may keep X^i\neven where an earlier position's test, on its own, failed.")
+    print(
+        f"{'optimum':<10} {str(optimum):>6} {float(optimum):7.4f}  (sum over i and x^i of "
+        "min(Mb(x^i), Ms(x^i)))"
+    )
+    print(
+        "\nWhy the LAST passing index wins: p_i, the capped likelihood ratio Mb/Ms of the whole "
+        "prefix X^i,\nrises again after a draft that Mb likes more than Ms did, so a later "
+        "position may keep X^i\neven where an earlier position's test, on its own, failed."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="minispec verify", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(
+        prog="minispec verify",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     # All draws are held in memory at once (about 100 bytes each): the bounds keep that in RAM.
     parser.add_argument("--draws", type=integer(1, 20_000_000), default=2_000_000)
     parser.add_argument("--rounds", type=integer(1, 2_000_000), default=200_000)
     parser.add_argument("--seed", type=integer(0), default=0)
     args = parser.parse_args(argv)
-    print("compiling the sampler's graphs on first use (cached on disk afterwards) ...\n",
-          flush=True)
+    print(
+        "compiling the sampler's graphs on first use (cached on disk afterwards) ...\n", flush=True
+    )
     verdict = Verdict()
     worked_example(args.draws, args.seed, verdict)
     tokens_per_round(args.rounds, args.seed, verdict)

@@ -11,15 +11,25 @@
 from minispec.proposers.draft_model import DraftModelProposer
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import (
-                                         HybridProposer,
-                                         Proposal,
-                                         Proposer,
-                                         hybrid,
-                                         longest_match,
-                                         one_hot_probs,
+    HybridProposer,
+    Proposal,
+    Proposer,
+    hybrid,
+    longest_match,
+    one_hot_probs,
 )
 from minispec.proposers.suffix import SuffixIndex, SuffixProposer
 
-__all__ = ["DraftModelProposer", "HybridProposer", "NgramProposer", "Proposal", "Proposer",
-           "SuffixIndex", "SuffixProposer", "hybrid", "longest_match", "ngram_propose",
-           "one_hot_probs"]
+__all__ = [
+    "DraftModelProposer",
+    "HybridProposer",
+    "NgramProposer",
+    "Proposal",
+    "Proposer",
+    "SuffixIndex",
+    "SuffixProposer",
+    "hybrid",
+    "longest_match",
+    "ngram_propose",
+    "one_hot_probs",
+]

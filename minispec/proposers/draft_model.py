@@ -1,5 +1,6 @@
 """The draft model as a proposer: a small model of the target's vocabulary drafts K tokens, one
 single-token step each, greedily (a one-hot q) or by sampling (q = its filtered softmax)."""
+
 from __future__ import annotations
 
 import torch
@@ -21,9 +22,15 @@ class DraftModelProposer:
     def __init__(self, model: GPT, window: int = 2) -> None:
         self.model, self.window = model, window
 
-    def propose(self, state: LoopState, num_speculative_tokens: int, constraints: RowConstraints,
-                noise: torch.Tensor, draft_sample_method: str,
-                host_proposal: Proposal | None) -> Proposal:
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal:
         """x_i ~ q_i for i = 1..K, every row K drafts."""
         seq_len = state.seq_len
         back = torch.arange(self.window - 1, -1, -1, device=seq_len.device)
@@ -41,14 +48,19 @@ class DraftModelProposer:
             ids.append(x)
             if j + 1 < num_speculative_tokens:
                 logits = self.model(x[:, None], (seq_len + j)[:, None])[:, 0]
-        return Proposal(torch.stack(ids, 1), torch.full_like(seq_len, num_speculative_tokens),
-                        torch.stack(probs, 1) if probs else None)
+        return Proposal(
+            torch.stack(ids, 1),
+            torch.full_like(seq_len, num_speculative_tokens),
+            torch.stack(probs, 1) if probs else None,
+        )
 
 
-def draw(logits: torch.Tensor, constraints: RowConstraints,
-         noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(
+    logits: torch.Tensor, constraints: RowConstraints, noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row of logits [B, V] under the request's constraints, and its exact q.
     The uncompiled sampler: it is traced into whatever graph calls it."""
-    out = sample(logits, **constraints._asdict(), exponentials=noise, compiled=False,
-                 check_values=False)
+    out = sample(
+        logits, **constraints._asdict(), exponentials=noise, compiled=False, check_values=False
+    )
     return out.token_ids, out.probs

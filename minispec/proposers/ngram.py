@@ -75,8 +75,15 @@ class NgramProposer:
                 f"need ints 1 <= n_min <= n_max, got n_min={self.n_min!r}, n_max={self.n_max!r}"
             )
 
-    def propose(self, state: LoopState, num_speculative_tokens: int,
-                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
-                host_proposal: Proposal | None) -> Proposal:
-        return ngram_propose(state.tokens, state.seq_len, num_speculative_tokens, self.n_min,
-                             self.n_max)
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal:
+        return ngram_propose(
+            state.tokens, state.seq_len, num_speculative_tokens, self.n_min, self.n_max
+        )

@@ -40,9 +40,15 @@ class Proposer(Protocol):
     that samples), the draft_sample_method ("greedy" or "probabilistic"), or host_proposal, a
     Proposal the host computed before the round (a lookup too large for the device)."""
 
-    def propose(self, state: LoopState, num_speculative_tokens: int,
-                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
-                host_proposal: Proposal | None) -> Proposal: ...
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal: ...
 
 
 def one_hot_probs(
@@ -101,11 +107,22 @@ class HybridProposer:
             raise ValueError(f"threshold must be an int >= 1, got {threshold!r}")
         self.lookups, self.fallback, self.threshold = lookups, fallback, threshold
 
-    def propose(self, state: LoopState, num_speculative_tokens: int,
-                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
-                host_proposal: Proposal | None) -> Proposal:
-        args = (state, num_speculative_tokens, constraints, noise, draft_sample_method,
-                host_proposal)
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal:
+        args = (
+            state,
+            num_speculative_tokens,
+            constraints,
+            noise,
+            draft_sample_method,
+            host_proposal,
+        )
         lookup = longest_match([p.propose(*args) for p in self.lookups])
-        return hybrid(lookup, self.fallback.propose(*args),
-                      lookup.match_length >= self.threshold)
+        return hybrid(lookup, self.fallback.propose(*args), lookup.match_length >= self.threshold)

@@ -159,16 +159,23 @@ class SuffixProposer:
     def __init__(self, index: SuffixIndex) -> None:
         self.index = index
 
-    def host_propose(self, histories: list[list[int]], k: int,
-                     device: torch.device | str = "cpu") -> Proposal:
+    def host_propose(
+        self, histories: list[list[int]], k: int, device: torch.device | str = "cpu"
+    ) -> Proposal:
         """histories: each row's tokens so far (prompt and output). The Proposal comes back on
         `device`: a host-to-device copy, which needs no sync."""
         proposal = self.index.propose_rows([np.asarray(h[-DEPTH:]) for h in histories], k)
         return Proposal(*(None if t is None else t.to(device) for t in proposal))
 
-    def propose(self, state: LoopState, num_speculative_tokens: int,
-                constraints: RowConstraints, noise: torch.Tensor, draft_sample_method: str,
-                host_proposal: Proposal | None) -> Proposal:
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal:
         if host_proposal is None:
             raise ValueError("the suffix proposer needs the host's proposal for this round")
         return host_proposal
