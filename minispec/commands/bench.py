@@ -13,9 +13,13 @@
    adaptive K per batch size, each row interleaved with K = 0 (bench_proposers.py).
 4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
 5. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
+6. Peer: transformers on the same pair (exported), on the same prompts and threads, target-only
+   and assisted generation, interleaved with minispec, at T = 0 and T = 1 (results/peer.md);
+   skipped with a note when transformers is not installed.
 
 Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
-Writes results/bench.json, results/bench.md and results/speedup.png (or a text chart).
+Writes results/bench.json, results/bench.md, results/peer.md and results/speedup.png (or a
+text chart).
 """
 
 from __future__ import annotations
@@ -436,9 +440,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--skip",
-        type=choice_list(("steps", "batch", "proposers", "sampler", "startup")),
+        type=choice_list(("steps", "batch", "proposers", "sampler", "startup", "peer")),
         default="",
-        help="comma list of parts to skip: steps,batch,proposers,sampler,startup",
+        help="comma list of parts to skip: steps,batch,proposers,sampler,startup,peer",
     )
     parser.add_argument(
         "--adaptive-batch-sizes",
@@ -520,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     if "startup" not in skip:
         print("5. start-up", flush=True)
         report["startup"] = startup(args.device)
+    if "peer" not in skip:
+        print("6. peer (transformers)", flush=True)
+        report["peer"] = peer_section(decoder, prompts, best, args, out / "peer.md")
     text_chart = chart(rows, out / "speedup.png")
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     (out / "bench.md").write_text(render_markdown(report, text_chart))
@@ -550,6 +557,95 @@ def run_proposers(
         args.max_new_tokens,
         args.repeats,
     )
+
+
+PEER_TEMPERATURES = (0.0, 1.0)
+
+
+def peer_section(
+    decoder: SpeculativeDecoder,
+    prompts: list[str],
+    best: dict[float, int],
+    args: argparse.Namespace,
+    path: Path,
+) -> list[dict] | str:
+    """Part 6: bench_peer's transformers rows at T = 0 and T = 1, each mode interleaved with
+    the minispec mode it is compared to (at T > 0 minispec's probabilistic drafter, since
+    transformers samples its drafts), at the best K measured for that T (else 4). Writes `path`
+    and returns the rows, or the note saying why there are none."""
+    try:
+        import transformers  # noqa: F401 - the optional `peer` extra
+
+        from minispec.commands.bench_peer import format_peer_row, peer_rows
+    except ImportError:
+        note = "peer rows skipped: transformers is not installed (pip install 'minispec[peer]')"
+    else:
+        note = (
+            None
+            if args.device == "cpu"
+            else f"peer rows skipped: run on {args.device}, "
+            "and transformers runs the exported pair on the CPU only here"
+        )
+    if note:
+        print(f"  {note}", flush=True)
+        path.write_text(f"# Peer comparison\n\n{note}.\n")
+        return note
+    rows = []
+    for temperature in PEER_TEMPERATURES:
+        k = best.get(temperature, 4)
+        method = "probabilistic" if temperature > 0 else "greedy"
+
+        def minispec_run(kk: int, temperature=temperature, method=method) -> tuple[int, float]:
+            start = time.perf_counter()  # wall clock, prefill included, as transformers' is
+            stats = run_once(
+                decoder,
+                prompts,
+                kk,
+                temperature,
+                args.max_new_tokens,
+                0,
+                method if kk else "greedy",
+            )  # K = 0: one graph, whatever the T
+            return stats.emitted, time.perf_counter() - start
+
+        for row in peer_rows(
+            prompts,
+            args.max_new_tokens,
+            k,
+            args.threads,
+            temperature,
+            decoder.target,
+            decoder.draft,
+            minispec_run,
+            args.repeats,
+        ):
+            row["minispec_draft_sample_method"] = method if row["num_speculative_tokens"] else "-"
+            print(f"  {format_peer_row(row)}", flush=True)
+            rows.append(row)
+    path.write_text(render_peer_markdown(rows, len(prompts)))
+    return rows
+
+
+def render_peer_markdown(rows: list[dict], prompts: int) -> str:
+    first = rows[0]
+    lines = [
+        "# Peer comparison: transformers on the exported pair\n",
+        f"{first['engine']}, eager, float32; minispec compiled. B = 1, {prompts} held-out "
+        f"prompts, {first['max_new_tokens']} new tokens, {first['threads']} thread(s); each "
+        f"figure is the median of {first['repeats']} passes, minispec and transformers "
+        "interleaved mode by mode. Wall clock, prefill included.\n",
+        "| T | transformers mode | tok/s | minispec (K, drafter) | tok/s | minispec / "
+        "transformers |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['temperature']:g} | {r['mode']} | {r['tokens_per_s']:.1f} | "
+            f"K={r['num_speculative_tokens']}, {r['minispec_draft_sample_method']} | "
+            f"{r['minispec_tokens_per_s']:.1f} | "
+            f"{r['ratio_minispec_over_transformers']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def render_markdown(report: dict, text_chart: str) -> str:
