@@ -166,8 +166,9 @@ def test_cli_decodes_with_the_folders_tokenizer(
     assert out.token_ids[0] == ids and tok.encode(prompt)[:2] == [BOS, 256]
 
 
-def test_bench_peer_section_is_a_note_without_transformers(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_peer_section_is_a_note_without_transformers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from types import SimpleNamespace
 
     from minispec.commands.bench import peer_section

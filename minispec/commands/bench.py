@@ -459,7 +459,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
-        args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup"
+        args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup,peer"
     return args
 
 

@@ -177,8 +177,8 @@ def run_decode(argv: list[str]) -> int:
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
     target = args.target or DEFAULT_TARGET
-    tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compares them
     decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, args.compile)
+    tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
     if args.proposer in ("suffix", "hybrid") and decoder.suffix_index is None:
         from minispec.commands.build_index import cached_index
 
