@@ -31,8 +31,11 @@ lint: $(STAMP)  ## ruff: line length 100, import order, pyflakes (configured in 
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-test: lint  ## ruff, then the test suite (CPU, < 10 min cold)
-	$(PY) -m pytest -q $(ARGS)
+# The tests are single-threaded and about half of their time is Inductor compiling graphs, so
+# one pytest worker per core (pytest-xdist) halves the wall time; WORKERS=0 runs in-process.
+WORKERS ?= 2
+test: lint  ## ruff, then the test suite on WORKERS=2 processes (CPU, < 10 min cold)
+	$(PY) -m pytest -q -n $(WORKERS) $(ARGS)
 
 # `make train` runs one process; `make train NPROC=2` runs the same command under torchrun
 # (DistributedDataParallel: gloo on CPU, nccl on CUDA), e.g. make train NPROC=4 ARGS='--preset gpu'.
