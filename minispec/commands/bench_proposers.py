@@ -100,7 +100,7 @@ def paired_row(
 ) -> dict:
     """spec against K = 0, interleaved: the median speedup of the pairs, and spec's stats."""
     baseline = SpeculativeConfig(0)
-    warm_up(decoder, prompts, [spec, baseline], temperature)
+    warm_up(decoder, prompts if batch else prompts[:1], [spec, baseline], temperature)
     runs = [
         (
             decode_all(decoder, prompts, spec, temperature, max_new, 1000 * r, batch),
@@ -223,7 +223,8 @@ def spread(values: list[float]) -> dict:
 
 
 def warm_up(decoder, prompts, specs, temperature) -> None:
-    """Compile every graph the settings can use before anything is timed."""
+    """Compile every graph the settings can use, at the batch shape of `prompts`, before
+    anything is timed."""
     params = [SamplingParams(temperature=temperature, seed=0, max_new_tokens=8) for _ in prompts]
     for spec in specs:
         decoder.generate(prompts, params, spec, warm_up=True)
