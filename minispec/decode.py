@@ -1,6 +1,6 @@
 """The decode loop: prefill, then one compiled round per iteration until every row is done.
 
-    generate = check -> start (prefill) -> repeat decode_round -> collect
+    generate = check -> start_run (prefill) -> repeat decode_round -> collect
     decode_round = [host lookup] -> round (one compiled call) -> one host read -> emit -> next K
 
 A round (minispec/round.py) is Algorithm 1 for the whole batch, K = 0 being the baseline. All
@@ -279,13 +279,13 @@ class SpeculativeDecoder:
         call can use is compiled before a timed run.
         """
         self.check(prompts, params, spec)
-        run = self.start(prompts, params, spec, on_tokens, warm_up)
+        run = self.start_run(prompts, params, spec, on_tokens, warm_up)
         while not run.done:
             self.decode_round(run)
         self.collect(run.state, run.stats)
         return GenerationOutput(run.outputs, run.origins, run.stats)
 
-    def start(
+    def start_run(
         self,
         prompts: list[list[int]],
         params: list[SamplingParams],

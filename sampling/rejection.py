@@ -239,7 +239,7 @@ def _residual(
     return (p_n - q_n).clamp(min=0)
 
 
-def _final_token(
+def _corrective_or_bonus(
     target: _TargetRows,
     drafts: _Drafts,
     draft_probs: torch.Tensor | None,
@@ -308,7 +308,7 @@ def _rejection_core(
         num_accepted = torch.where(greedy, _prefix_length(greedy_accepted), tau)
     else:
         num_accepted = _tokenwise_accepted(p_x, q_x, uniforms, drafts, greedy, greedy_accepted)
-    token = _final_token(
+    token = _corrective_or_bonus(
         target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, method
     )
     return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
