@@ -8,9 +8,10 @@
    the median of the per-pair speedups with their min and max, alpha, acceptance length, c,
    Theorem 3.8's prediction, and the guard checks and host reads per round (host reads counted
    by intercepting every tensor-to-Python read).
-3. Batch: B in {1, 4, 16} at the best K, with and without speculation.
-   3b. Proposers (draft model, n-gram, suffix, hybrid) on plain and "edit" prompts, and
-   adaptive K per batch size, each row interleaved with K = 0 (bench_proposers.py).
+3. Batch: at each B in {1, 4, 16, 64} and T, K = 0, K in {2, 4, 8} and K = "auto" in rotation;
+   each setting's speedup over the K = 0 run of its rotation, and auto against the best fixed K.
+   3b. Proposers (draft model, n-gram, suffix, hybrid) on plain and "edit" prompts, each row
+   interleaved with K = 0 (bench_proposers.py).
 4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
 5. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
 6. Peer: transformers on the same pair (exported), on the same prompts and threads, target-only
@@ -51,7 +52,7 @@ from minispec.commands.args import (
 )
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
-from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.params import SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
 from model import tokenizer
 from model.gpt import GPT
@@ -102,10 +103,6 @@ def count_host_reads():
             setattr(torch.Tensor, n, f)
 
 
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def read_bandwidth(megabytes: int = 256, repeats: int = 7) -> float:
     """Bytes per second one sum() reads from memory, median over repeats."""
     x = torch.ones(megabytes * 2**18)  # float32
@@ -142,7 +139,7 @@ def step_times(model: GPT, widths: list[int], repeats: int, position: int = 320)
             start = time.perf_counter()
             step(*inputs[t])
             times[t].append(time.perf_counter() - start)
-    return {t: spread(v) for t, v in times.items()}
+    return {t: bench_proposers.spread(v) for t, v in times.items()}
 
 
 def steps(decoder: SpeculativeDecoder, ks: list[int], repeats: int, live_tokens: int) -> dict:
@@ -175,32 +172,12 @@ def run_once(
     temperature: float,
     max_new: int,
     seed: int,
-    draft_method: str = "greedy",
+    draft_method: str = "auto",
 ) -> DecodeStats:
     """Decode every prompt as its own B = 1 request and sum the stats."""
-    total = DecodeStats(k, position_accepted=[0] * k)
-    for i, text in enumerate(prompts):
-        params = [SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=max_new)]
-        spec = SpeculativeConfig(k, draft_method)
-        s = decoder.generate([tokenizer.encode(text)], params, spec).stats
-        for name in (
-            "rounds",
-            "drafted",
-            "accepted",
-            "emitted",
-            "alpha_sum",
-            "alpha_count",
-            "batch_rounds",
-            "compiled_calls",
-            "host_syncs",
-            "time_round",
-            "time_emit",
-        ):
-            setattr(total, name, getattr(total, name) + getattr(s, name))
-        total.position_accepted = [
-            a + b for a, b in zip(total.position_accepted, s.position_accepted)
-        ]
-    return total
+    ids = [tokenizer.encode(text) for text in prompts]
+    spec = SpeculativeConfig(k, draft_method)
+    return bench_proposers.decode_all(decoder, ids, spec, temperature, max_new, seed, batch=False)
 
 
 def host_reads_per_round(
@@ -230,7 +207,7 @@ def pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c) 
         "K": k,
         "temperature": temperature,
         "draft_sample_method": draft_method,
-        "speedup": spread(ratios),
+        "speedup": bench_proposers.spread(ratios),
         "tokens_per_s": statistics.median(s.tokens_per_second for s, _ in runs),
         "tokens_per_s_K0": statistics.median(b.tokens_per_second for _, b in runs),
         "alpha": median.alpha,
@@ -259,37 +236,6 @@ def end_to_end(
             row = pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c)
             print(format_row(row), flush=True)
             rows.append(row)
-    return rows
-
-
-def batch_rows(
-    decoder, texts: list[str], best: dict[float, int], batch_sizes, max_new, repeats
-) -> list[dict]:
-    rows = []
-    for temperature, k in best.items():
-        for b in batch_sizes:
-            prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(b)]
-            result = {"B": b, "temperature": temperature, "K": k}
-            for kk in (0, k):
-                params = [
-                    SamplingParams(temperature=temperature, seed=i, max_new_tokens=max_new)
-                    for i in range(b)
-                ]
-                warm = [SamplingParams(temperature, seed=0, max_new_tokens=2)] * b
-                decoder.generate(prompts, warm, SpeculativeConfig(kk))
-                runs = [
-                    decoder.generate(prompts, params, SpeculativeConfig(kk)) for _ in range(repeats)
-                ]
-                speeds = [run.stats.tokens_per_second for run in runs]
-                name = "tokens_per_s_K0" if kk == 0 else "tokens_per_s_spec"
-                result[name] = statistics.median(speeds)
-            result["speedup"] = result["tokens_per_s_spec"] / result["tokens_per_s_K0"]
-            print(
-                f"  B={b:>2} T={temperature} K={k}: {result['tokens_per_s_K0']:.1f} -> "
-                f"{result['tokens_per_s_spec']:.1f} tok/s ({result['speedup']:.2f}x)",
-                flush=True,
-            )
-            rows.append(result)
     return rows
 
 
@@ -406,6 +352,9 @@ def machine(device: str) -> dict:
     }
 
 
+PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(
         prog="minispec bench",
@@ -419,7 +368,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="speculative K values (K = 0 is the baseline every row is paired with)",
     )
     parser.add_argument("--temperatures", type=comma_list(real(0)), default="0,1")
-    parser.add_argument("--batch-sizes", type=comma_list(integer(1)), default="1,4,16")
+    parser.add_argument("--batch-sizes", type=comma_list(integer(1)), default="1,4,16,64")
+    parser.add_argument(
+        "--batch-ks",
+        type=comma_list(integer(1)),
+        default="2,4,8",
+        help="the fixed K values of the batch table (part 3), beside K = 0 and K = auto",
+    )
     parser.add_argument("--max-new-tokens", type=integer(1), default=128)
     parser.add_argument("--repeats", type=integer(1), default=5, help="A B pairs per row")
     parser.add_argument(
@@ -436,19 +391,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="CPU threads (default 1: B = 1 decode steps are latency-bound)",
     )
     parser.add_argument(
-        "--draft-sample-method", default="greedy", help="greedy (one-hot q) or probabilistic"
+        "--draft-sample-method",
+        default="auto",
+        help="auto (greedy at T = 0, probabilistic at T > 0), greedy (one-hot q) or probabilistic",
     )
     parser.add_argument(
         "--skip",
-        type=choice_list(("steps", "batch", "proposers", "sampler", "startup", "peer")),
+        type=choice_list(PARTS),
         default="",
-        help="comma list of parts to skip: steps,batch,proposers,sampler,startup,peer",
-    )
-    parser.add_argument(
-        "--adaptive-batch-sizes",
-        type=comma_list(integer(1)),
-        default="1,4,16,64",
-        help="batch sizes of the adaptive-K rows (part 3b)",
+        help="comma list of parts to skip: " + ",".join(PARTS),
     )
     parser.add_argument(
         "--quick",
@@ -460,13 +411,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
         args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup,peer"
+    if "end_to_end" in args.skip and "peer" not in args.skip:
+        parser.error("the peer part uses the end-to-end part's best K: skip both or neither")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
-    ks = [int(k) for k in args.ks.split(",")]
+    ks, temperatures = comma_ints(args.ks), [float(t) for t in args.temperatures.split(",")]
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -478,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         "draft_sample_method": args.draft_sample_method,
         "max_new_tokens": args.max_new_tokens,
         "pairs": args.repeats,
+        "batch_ks": comma_ints(args.batch_ks),
         "prompts": prompts,
     }
     c = None
@@ -486,35 +440,26 @@ def main(argv: list[str] | None = None) -> int:
         live_tokens = 300 + args.max_new_tokens // 2  # a prompt, and half the new tokens
         report["steps"] = s = steps(decoder, ks, max(2 * args.repeats, 5), live_tokens)
         c = s["draft"]["steps"]["1"]["median"] / s["target"]["steps"]["1"]["median"]
-    print("2. end to end, B = 1, each row paired with K = 0\n" + HEADER, flush=True)
-    report["end_to_end"] = rows = end_to_end(
-        decoder,
-        prompts,
-        ks,
-        [float(t) for t in args.temperatures.split(",")],
-        args.max_new_tokens,
-        args.repeats,
-        args.draft_sample_method,
-        c or 0.0,
-    )
-    best = {
-        t: max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"]["median"])[
-            "K"
-        ]
-        for t in sorted({r["temperature"] for r in rows})
-    }
-    if "batch" not in skip:
-        print("3. batch", flush=True)
-        report["batch"] = batch_rows(
+    if "end_to_end" not in skip:
+        print("2. end to end, B = 1, each row paired with K = 0\n" + HEADER, flush=True)
+        report["end_to_end"] = end_to_end(
             decoder,
             prompts,
-            best,
-            [int(b) for b in args.batch_sizes.split(",")],
+            ks,
+            temperatures,
             args.max_new_tokens,
-            max(3, args.repeats // 2 + 1),
+            args.repeats,
+            args.draft_sample_method,
+            c or 0.0,
+        )
+    if "batch" not in skip:
+        batch_sizes, ks_batch = comma_ints(args.batch_sizes), comma_ints(args.batch_ks)
+        print("3. batch\n" + bench_proposers.batch_header(ks_batch), flush=True)
+        report["batch"] = bench_proposers.batch_table(
+            decoder, prompts, temperatures, batch_sizes, ks_batch, args.max_new_tokens, args.repeats
         )
     if "proposers" not in skip:
-        run_proposers(report, decoder, prompts, args)
+        run_proposers(report, decoder, prompts, temperatures, args)
     if "sampler" not in skip:
         print("4. sampler", flush=True)
         from minispec.commands.bench_sampler import main as bench_sampler_main
@@ -526,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         report["startup"] = startup(args.device)
     if "peer" not in skip:
         print("6. peer (transformers)", flush=True)
-        report["peer"] = peer_section(decoder, prompts, best, args, out / "peer.md")
-    text_chart = chart(rows, out / "speedup.png")
+        report["peer"] = peer_section(decoder, prompts, best_k(report), args, out / "peer.md")
+    text_chart = chart(report["end_to_end"], out / "speedup.png") if "end_to_end" in report else ""
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     (out / "bench.md").write_text(render_markdown(report, text_chart))
     print(text_chart)
@@ -536,27 +481,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_proposers(
-    report: dict, decoder: SpeculativeDecoder, prompts: list[str], args: argparse.Namespace
+    report: dict,
+    decoder: SpeculativeDecoder,
+    prompts: list[str],
+    temperatures: list[float],
+    args: argparse.Namespace,
 ) -> None:
-    """Part 3b: the proposer table and the adaptive-K rows (minispec/commands/bench_proposers.py),
-    with the suffix index over the training corpus (built on first use)."""
+    """Part 3b: the proposer table (minispec/commands/bench_proposers.py), with the suffix index
+    over the training corpus (built on first use)."""
     from minispec.commands.build_index import cached_index
 
     decoder.suffix_index = decoder.suffix_index or cached_index()
-    temperatures = [float(t) for t in args.temperatures.split(",")]
     print("3b. proposers, B = 1, K = auto\n" + bench_proposers.HEADER, flush=True)
     report["proposers"] = bench_proposers.proposer_table(
         decoder, prompts, temperatures, args.max_new_tokens, args.repeats
     )
-    print("3b. adaptive K by batch size\n" + bench_proposers.HEADER, flush=True)
-    report["adaptive"] = bench_proposers.adaptive_rows(
-        decoder,
-        prompts,
-        temperatures,
-        [int(b) for b in args.adaptive_batch_sizes.split(",")],
-        args.max_new_tokens,
-        args.repeats,
-    )
+
+
+def best_k(report: dict) -> dict[float, int]:
+    """The end-to-end part's fastest K at each temperature."""
+    rows = report["end_to_end"]
+    return {
+        t: max((r for r in rows if r["temperature"] == t), key=lambda r: r["speedup"]["median"])[
+            "K"
+        ]
+        for t in sorted({r["temperature"] for r in rows})
+    }
+
+
+def comma_ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",")]
 
 
 PEER_TEMPERATURES = (0.0, 1.0)
@@ -675,19 +629,9 @@ def render_markdown(report: dict, text_chart: str) -> str:
                 f"{v['median'] / floor:.1f}x |"
                 for t, v in s[name]["steps"].items()
             ]
-    lines += ["\n## End to end\n", HEADER]
-    lines += [format_row(r) for r in report["end_to_end"]]
-    if "batch" in report:
-        lines += [
-            "\n## Batch\n",
-            "| B | T | K | tok/s K=0 | tok/s spec | speedup |",
-            "|---|---|---|---|---|---|",
-        ]
-        lines += [
-            f"| {r['B']} | {r['temperature']:g} | {r['K']} | {r['tokens_per_s_K0']:.1f} | "
-            f"{r['tokens_per_s_spec']:.1f} | {r['speedup']:.2f}x |"
-            for r in report["batch"]
-        ]
+    if "end_to_end" in report:
+        lines += ["\n## End to end\n", HEADER]
+        lines += [format_row(r) for r in report["end_to_end"]]
     if "startup" in report:
         lines += [
             "\n## Start-up (decode to first token)\n",
@@ -698,9 +642,9 @@ def render_markdown(report: dict, text_chart: str) -> str:
             f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
             for k, v in report["startup"].items()
         ]
-    if "proposers" in report:
-        lines += bench_proposers.render(report)
-    lines += ["\n## Speedup against K\n", "```", text_chart, "```"]
+    lines += bench_proposers.render(report, report["batch_ks"])
+    if text_chart:
+        lines += ["\n## Speedup against K\n", "```", text_chart, "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,8 @@
    sets from the corpus's held-out files: "plain" (continue a cut of a file) and "edit" (a
    held-out function, then its first line again: continuing means repeating code the prompt
    already holds, as an edit does). Each row runs interleaved with K = 0 (A B A B), K = "auto".
-2. Adaptive K per batch size: K = "auto" with the draft model against K = 0, interleaved.
+2. Batch: at each batch size and temperature, K = 0, fixed Ks and K = "auto" (draft model) in
+   rotation; each setting's speedup over the K = 0 run of its rotation.
 
 Every row reports the median of the per-pair speedups (min-max), alpha, the mean acceptance
 length, the K chosen (a histogram) and the host lookup's share of the round time.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from dataclasses import fields
+from itertools import zip_longest
 
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
@@ -45,6 +48,23 @@ def edit_prompts(count: int, max_length: int = 400) -> list[str]:
     return prompts
 
 
+def summed(parts: list[DecodeStats], num_speculative_tokens: int | str) -> DecodeStats:
+    """Several generate() calls' stats as one: counts and times add, per-position counts add
+    position by position, the K histograms merge."""
+    total = DecodeStats(num_speculative_tokens)
+    for s in parts:
+        for f in fields(DecodeStats):
+            mine, theirs = getattr(total, f.name), getattr(s, f.name)
+            if f.name == "position_accepted":
+                pairs = zip_longest(mine, theirs, fillvalue=0)
+                total.position_accepted = [a + b for a, b in pairs]
+            elif isinstance(mine, Counter):
+                mine.update(theirs)
+            elif isinstance(mine, (int, float)) and f.name != "num_speculative_tokens":
+                setattr(total, f.name, mine + theirs)
+    return total
+
+
 def decode_all(
     decoder: SpeculativeDecoder,
     prompts: list[list[int]],
@@ -57,7 +77,7 @@ def decode_all(
     """One batch of all prompts, or (batch False) each prompt as its own B = 1 request, with
     the stats summed."""
     groups = [prompts] if batch else [[p] for p in prompts]
-    total = DecodeStats(spec.num_speculative_tokens)
+    parts = []
     for g, group in enumerate(groups):
         params = [
             SamplingParams(
@@ -65,21 +85,8 @@ def decode_all(
             )
             for i in range(len(group))
         ]
-        s = decoder.generate(group, params, spec).stats
-        for name in (
-            "rounds",
-            "accepted",
-            "emitted",
-            "alpha_sum",
-            "alpha_count",
-            "batch_rounds",
-            "time_round",
-            "time_emit",
-            "time_lookup",
-        ):
-            setattr(total, name, getattr(total, name) + getattr(s, name))
-        total.k_histogram.update(s.k_histogram)
-    return total
+        parts.append(decoder.generate(group, params, spec).stats)
+    return summed(parts, spec.num_speculative_tokens)
 
 
 def paired_row(
@@ -93,11 +100,7 @@ def paired_row(
 ) -> dict:
     """spec against K = 0, interleaved: the median speedup of the pairs, and spec's stats."""
     baseline = SpeculativeConfig(0)
-    for s in (spec, baseline):  # compile every graph either side can use
-        params = [
-            SamplingParams(temperature=temperature, seed=0, max_new_tokens=max_new) for _ in prompts
-        ]
-        decoder.generate(prompts, params, s, warm_up=True)
+    warm_up(decoder, prompts if batch else prompts[:1], [spec, baseline], temperature)
     runs = [
         (
             decode_all(decoder, prompts, spec, temperature, max_new, 1000 * r, batch),
@@ -110,7 +113,7 @@ def paired_row(
     return {
         "proposer": spec.proposer,
         "temperature": temperature,
-        "speedup": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+        "speedup": spread(ratios),
         "tokens_per_s": statistics.median(s.tokens_per_second for s in stats),
         "alpha": statistics.median(s.alpha or 0.0 for s in stats),
         "mean_acceptance_length": statistics.median(s.mean_acceptance_length for s in stats),
@@ -148,26 +151,83 @@ def proposer_table(
     return rows
 
 
-def adaptive_rows(
+def batch_table(
     decoder: SpeculativeDecoder,
     texts: list[str],
     temperatures: list[float],
     batch_sizes: list[int],
+    ks: list[int],
     max_new: int,
     pairs: int,
 ) -> list[dict]:
-    """Part 2: K = auto with the draft model against K = 0, one batch of B prompts."""
+    """Part 2: at each batch size B and temperature, K = 0, each fixed K and K = "auto" (draft
+    model) run in rotation, K=0, K=2, ..., auto, K=0, ...: `pairs` rotations of one batch of B
+    prompts. Each speculative setting's speedup per rotation is its tok/s over the K = 0 run of
+    the same rotation, so a slow spell of the machine hits both sides of a ratio alike."""
     rows = []
+    settings = [0, *ks, "auto"]
     for b in batch_sizes:
         prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(b)]
         for temperature in temperatures:
-            row = paired_row(
-                decoder, prompts, SpeculativeConfig(), temperature, max_new, pairs, batch=True
+            specs = [SpeculativeConfig(k) for k in settings]
+            warm_up(decoder, prompts, specs, temperature)
+            runs = [
+                [
+                    decode_all(decoder, prompts, spec, temperature, max_new, 1000 * r, batch=True)
+                    for spec in specs
+                ]
+                for r in range(pairs)
+            ]
+            base = [rotation[0].tokens_per_second for rotation in runs]
+            row = {"B": b, "temperature": temperature, "tokens_per_s_K0": statistics.median(base)}
+            for i, k in enumerate(settings[1:], start=1):
+                ratios = [rotation[i].tokens_per_second / t0 for rotation, t0 in zip(runs, base)]
+                row[f"K={k}"] = {
+                    "speedup": spread(ratios),
+                    "alpha": statistics.median(r[i].alpha or 0.0 for r in runs),
+                    "k_histogram": dict(
+                        sorted(sum((r[i].k_histogram for r in runs), Counter()).items())
+                    ),
+                }
+            best = max((k for k in ks), key=lambda k: row[f"K={k}"]["speedup"]["median"])
+            row["best_fixed_K"] = best
+            row["auto_over_best_fixed"] = (
+                row["K=auto"]["speedup"]["median"] / row[f"K={best}"]["speedup"]["median"]
             )
-            row.update(prompt_set="plain", B=b)
-            print(format_row(row), flush=True)
+            print(format_batch_row(row, ks), flush=True)
             rows.append(row)
     return rows
+
+
+def batch_header(ks: list[int]) -> str:
+    cells = ["B", "T", "tok/s K=0", *(f"K={k}" for k in ks), "K=auto", "auto / best fixed K"]
+    cells.append("K chosen by auto (batch rounds)")
+    return "| " + " | ".join(cells) + " |\n|" + "---|" * len(cells)
+
+
+def format_batch_row(row: dict, ks: list[int]) -> str:
+    def cell(k) -> str:
+        s = row[f"K={k}"]["speedup"]
+        return f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})"
+
+    chosen = " ".join(f"{k}:{n}" for k, n in row["K=auto"]["k_histogram"].items())
+    return (
+        f"| {row['B']} | {row['temperature']:g} | {row['tokens_per_s_K0']:.1f} | "
+        + " | ".join(cell(k) for k in [*ks, "auto"])
+        + f" | {row['auto_over_best_fixed']:.2f} (K={row['best_fixed_K']}) | {chosen} |"
+    )
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def warm_up(decoder, prompts, specs, temperature) -> None:
+    """Compile every graph the settings can use, at the batch shape of `prompts`, before
+    anything is timed."""
+    params = [SamplingParams(temperature=temperature, seed=0, max_new_tokens=8) for _ in prompts]
+    for spec in specs:
+        decoder.generate(prompts, params, spec, warm_up=True)
 
 
 HEADER = (
@@ -187,10 +247,16 @@ def format_row(r: dict) -> str:
     )
 
 
-def render(report: dict) -> list[str]:
+def render(report: dict, ks: list[int]) -> list[str]:
     """The bench.md lines of both parts."""
-    lines = ["\n## Proposers (B = 1, K = auto, each row interleaved with K = 0)\n", HEADER]
-    lines += [format_row(r) for r in report["proposers"]]
-    lines += ["\n## Adaptive K by batch size (draft model, K = auto vs K = 0)\n", HEADER]
-    lines += [format_row(r) for r in report["adaptive"]]
+    lines = []
+    if "proposers" in report:
+        lines += ["\n## Proposers (B = 1, K = auto, each row interleaved with K = 0)\n", HEADER]
+        lines += [format_row(r) for r in report["proposers"]]
+    if "batch" in report:
+        lines += [
+            "\n## Batch: fixed K and K = auto against K = 0, in rotation (draft model)\n",
+            batch_header(ks),
+        ]
+        lines += [format_batch_row(r, ks) for r in report["batch"]]
     return lines
