@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import fields
 from itertools import zip_longest
 
+from minispec.adaptive import AdaptiveConfig
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
@@ -26,9 +27,10 @@ from model import tokenizer
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 
 
-def edit_prompts(count: int, max_length: int = 400) -> list[str]:
+def edit_prompts(count: int, max_length: int) -> list[str]:
     """Held-out functions, each followed by a blank line and its own first line again: the
-    model is asked to write the function once more. Functions of 3+ lines that fit max_length."""
+    model is asked to write the function once more. Functions of 3+ lines whose prompt (BOS
+    included) is at most max_length tokens."""
     ids = load_corpus().held_out.tolist()
     text = bytes(t for t in ids if t not in (BOS_TOKEN_ID, EOS_TOKEN_ID)).decode("utf-8", "replace")
     prompts, at = [], 0
@@ -41,8 +43,9 @@ def edit_prompts(count: int, max_length: int = 400) -> list[str]:
             default=len(text),
         )
         function = text[at + 1 : end].rstrip()
-        if function.count("\n") >= 2 and len(function) <= max_length:
-            prompts.append(function + "\n\n" + function.split("\n")[0] + "\n")
+        prompt = function + "\n\n" + function.split("\n")[0] + "\n"
+        if function.count("\n") >= 2 and len(tokenizer.encode(prompt)) <= max_length:
+            prompts.append(prompt)
     return prompts
 
 
@@ -128,7 +131,9 @@ def proposer_table(
     pairs: int,
 ) -> list[dict]:
     """Part 1: every proposer x temperature x prompt set, B = 1, K = auto."""
-    sets = {"plain": plain, "edit": edit_prompts(len(plain))}
+    # Room for the new tokens and the widest round's drafts in the 512-token context.
+    room = decoder.target.config.max_seq_len - max_new - max(AdaptiveConfig().widths)
+    sets = {"plain": plain, "edit": edit_prompts(len(plain), room)}
     rows = []
     for name, texts in sets.items():
         prompts = [tokenizer.encode(t) for t in texts]
