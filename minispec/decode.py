@@ -80,12 +80,14 @@ class WidthSchedule:
         # What the round's own choice weighs each width's time by; None without "auto".
         self.relative_times = None if times is None else times.relative(widths)
 
-    def advance(self, seconds: float, rows: list[list[int]], done: bool) -> bool:
-        """After a round at width self.k that took `seconds`: set the next round's K, and say
-        whether the call is done (`done`: every row is)."""
-        if self.times is not None:  # the first round of each width, which compiles, is not counted
-            self.times.observe(self.k, seconds)
-            self.relative_times = self.times.relative(self.widths)
+    def advance(self, seconds: float | None, rows: list[list[int]], done: bool) -> bool:
+        """After a round at width self.k that took `seconds` (None: it compiled, so its time says
+        nothing about the round's): set the next round's K, and say whether the call is done
+        (`done`: every row is)."""
+        if self.times is not None:
+            if seconds is not None:
+                self.times.observe(self.k, seconds)
+                self.relative_times = self.times.relative(self.widths)
             self.k = self.widths[rows[0][-1]]
         if self.warm_up:  # one round per width, whatever the rows say
             if not self.pending:
@@ -100,6 +102,7 @@ class DecodeRun:
     """One generate() call in flight: what its rounds read and write on the host."""
 
     run_round: Callable  # the compiled round, its static arguments bound
+    compiled_round: Announced  # the same round unbound: it says whether its last call compiled
     host_lookup: SuffixProposer | None  # a proposer that looks up on the host, between rounds
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     compiled_calls: int  # per round: 1 for a compiled round (one guard check), 0 eager
@@ -156,7 +159,7 @@ class SpeculativeDecoder:
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
         self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
         # adaptive K's measurements, per (proposer, batch size)
-        self.round_times: dict[tuple[str, int], RoundTimes] = {}
+        self.round_times: dict[tuple[str, int, str, str], RoundTimes] = {}
 
     def proposer(self, name: str, widest: int) -> tuple[Proposer, SuffixProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
@@ -308,12 +311,13 @@ class SpeculativeDecoder:
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(
             run_round=self.bind_round(compiled_round, spec, params),
+            compiled_round=compiled_round,
             host_lookup=host_lookup,
             uses_draft=uses_draft,
             compiled_calls=int(compiled_round.compiled),
             state=state,
             constraints=constraints,
-            schedule=self.schedule(spec, len(prompts), warm_up),
+            schedule=self.schedule(spec, params, warm_up),
             stats=stats,
             on_tokens=on_tokens,
             outputs=[[] for _ in prompts],
@@ -335,13 +339,18 @@ class SpeculativeDecoder:
             adaptive=spec.adaptive if spec.num_speculative_tokens == "auto" else None,
         )
 
-    def schedule(self, spec: SpeculativeConfig, batch_size: int, warm_up: bool) -> WidthSchedule:
-        """The call's WidthSchedule; with "auto", round times are kept per (proposer, B) across
-        calls, and the first K comes from the prior (unless warming up: every width in turn)."""
+    def schedule(
+        self, spec: SpeculativeConfig, params: list[SamplingParams], warm_up: bool
+    ) -> WidthSchedule:
+        """The call's WidthSchedule; with "auto", round times are kept across calls per graph
+        family (proposer, B, sample methods), and the first K comes from the prior (unless
+        warming up: every width in turn)."""
         if spec.num_speculative_tokens != "auto":
             return WidthSchedule(spec.widths, None, warm_up)
+        batch_size = len(params)
         times = self.round_times.setdefault(
-            (spec.proposer, batch_size), RoundTimes(self.cost_ratio(spec.proposer))
+            (spec.proposer, batch_size, *sample_methods(spec, params)),
+            RoundTimes(self.cost_ratio(spec.proposer)),
         )
         schedule = WidthSchedule(spec.widths, times, warm_up)
         if not warm_up:
@@ -375,7 +384,8 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
         run.stats.time_emit += time.perf_counter() - start
-        run.done = run.schedule.advance(seconds, rows, done)
+        timed = not run.compiled_round.compiled_last  # a round that compiled is not a round's time
+        run.done = run.schedule.advance(seconds if timed else None, rows, done)
 
     @staticmethod
     def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:

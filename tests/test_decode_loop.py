@@ -523,3 +523,19 @@ def test_a_tiny_temperature_is_greedy_not_nan() -> None:
     }
     assert out[1e-39].token_ids == out[0.0].token_ids
     assert out[1e-39].stats.alpha == pytest.approx(out[0.0].stats.alpha)
+
+
+def test_auto_k_never_times_a_round_that_compiled() -> None:
+    """The round-time table that "auto" chooses K by holds round times only: one round that
+    compiled (seconds, against a millisecond round) would price its width out for good, as it
+    did when a sampled request followed greedy ones and compiled the sampled graphs. Here a
+    greedy then a sampled request compile one graph family each, in one decoder."""
+    decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
+    spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(2,)))  # every round K = 2
+    prompt, _ = request(0)
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(temperature=temperature, seed=1, max_new_tokens=12)
+        decoder.generate([prompt], [params], spec)
+    tables = list(decoder.round_times.values())
+    assert len(tables) == 2  # one per family: greedy and probabilistic drafting
+    assert all(0 < t.seconds[2] < 0.25 for t in tables), [t.seconds for t in tables]
