@@ -119,18 +119,15 @@ class RoundTimes:
     """Host-side seconds per round width at the current batch size, for choose_width.
 
     Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c in units of
-    a K = 0 round (c: the draft step over the target step); measured widths replace it. The
-    first round of each width is skipped (it compiles). Keep one per batch size."""
+    a K = 0 round (c: the draft step over the target step); measured widths replace it. Keep
+    one per compiled graph family (batch size, sample methods), and never pass it a round that
+    compiled: one such time (seconds to minutes) would price its width out for good."""
 
     c: float
     smoothing: float = 0.3  # weight of the newest measurement
     seconds: dict[int, float] = field(default_factory=dict)
-    calls: dict[int, int] = field(default_factory=dict)
 
     def observe(self, k: int, seconds: float) -> None:
-        self.calls[k] = self.calls.get(k, 0) + 1
-        if self.calls[k] == 1:
-            return
         old = self.seconds.get(k)
         self.seconds[k] = (
             seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds

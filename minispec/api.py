@@ -99,16 +99,7 @@ def generate(
     A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it."""
     prompt_ids = encode_prompts(prompts, tokenizer)
     if params is None:
-        seeds = [None] * len(prompts)
-        if seed is not None:
-            check_int("seed", seed, "an int or None")
-            if seed + len(prompts) > 2**32:  # each request's seed + i must stay in range too
-                raise ValueError(
-                    f"seed must be in [0, 2**32 - {len(prompts)}] for "
-                    f"{len(prompts)} prompts (request i uses seed + i), got {seed}"
-                )
-            seeds = [seed + i for i in range(len(prompts))]
-        params = [SamplingParams(temperature, top_k, top_p, s, max_new_tokens) for s in seeds]
+        params = shared_params(len(prompts), temperature, top_k, top_p, seed, max_new_tokens)
     else:
         check_params(params, len(prompts))
     for p in params:
@@ -117,16 +108,39 @@ def generate(
         num_speculative_tokens, draft_sample_method, rejection_sample_method, proposer
     )
     spec.validate()
+    check_decoder_and_callback(decoder, on_tokens)
+    decoder = decoder or load_decoder()
+    out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
+    texts = [tokenizer.decode(ids) for ids in out.token_ids]
+    return GenerateResult(texts, out.token_ids, out.origins, out.stats)
+
+
+def shared_params(
+    count: int, temperature: float, top_k: int, top_p: float, seed: int | None, max_new_tokens: int
+) -> list[SamplingParams]:
+    """One SamplingParams per prompt from generate's shared arguments; request i's seed is
+    seed + i when seeded, else each request draws its own."""
+    seeds = [None] * count
+    if seed is not None:
+        check_int("seed", seed, "an int or None")
+        if seed + count > 2**32:  # each request's seed + i must stay in range too
+            raise ValueError(
+                f"seed must be in [0, 2**32 - {count}] for "
+                f"{count} prompts (request i uses seed + i), got {seed}"
+            )
+        seeds = [seed + i for i in range(count)]
+    return [SamplingParams(temperature, top_k, top_p, s, max_new_tokens) for s in seeds]
+
+
+def check_decoder_and_callback(decoder, on_tokens) -> None:
+    """TypeError unless `decoder` is a SpeculativeDecoder or None and `on_tokens` is callable
+    or None."""
     if decoder is not None and not isinstance(decoder, SpeculativeDecoder):
         raise TypeError(
             f"decoder must be a SpeculativeDecoder or None, got {type(decoder).__name__}"
         )
     if on_tokens is not None and not callable(on_tokens):
         raise TypeError(f"on_tokens must be callable or None, got {type(on_tokens).__name__}")
-    decoder = decoder or load_decoder()
-    out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
-    texts = [tokenizer.decode(ids) for ids in out.token_ids]
-    return GenerateResult(texts, out.token_ids, out.origins, out.stats)
 
 
 def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[int]]:

@@ -43,6 +43,8 @@ class Announced:
 
     def __init__(self, fn: Callable, name: str, announce: bool, cuda_graphs: bool = False) -> None:
         self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
+        # Whether the last call compiled a new graph: its time is compile time, not a round's.
+        self.compiled_last = False
 
     @property
     def compiled(self) -> bool:
@@ -50,7 +52,8 @@ class Announced:
 
     def __call__(self, *args, **kwargs):
         key = (self.name, *describe(args, kwargs))
-        if not self.announce or key in Announced.seen:
+        self.compiled_last = self.announce and key not in Announced.seen
+        if not self.compiled_last:
             return self.run(*args, **kwargs)
         if not Announced.header_shown:
             print(Announced.header, file=sys.stderr, flush=True)

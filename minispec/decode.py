@@ -1,7 +1,7 @@
 """The decode loop: prefill, then one compiled round per iteration until every row is done.
 
-    generate = check -> prefill -> repeat { [host lookup] -> round (one compiled call) -> emit }
-               -> collect
+    generate = check -> start_run (prefill) -> repeat decode_round -> collect
+    decode_round = [host lookup] -> round (one compiled call) -> one host read -> emit -> next K
 
 A round (minispec/round.py) is Algorithm 1 for the whole batch, K = 0 being the baseline. All
 shapes are static: draft steps and a [B, K+1] verify inside the round, a padded prefill outside
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -22,6 +23,7 @@ import torch
 
 from minispec.adaptive import AdaptiveConfig, RoundTimes, choose_width
 from minispec.compiled import Announced, compile_fn
+from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import (
     DraftModelProposer,
@@ -36,8 +38,8 @@ from minispec.state import LoopState
 from minispec.stats import DecodeStats
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
+from sampling.constraints import RowConstraints
 
-ACCEPTED, CORRECTIVE, BONUS, TARGET = "accepted", "corrective", "bonus", "target"
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
 USES_DRAFT_MODEL = ("draft_model", "hybrid")
 # The hybrid trusts a lookup that matched at least this many tokens of context: on bytes, 8 is
@@ -51,13 +53,69 @@ class GenerationOutput(NamedTuple):
     stats: DecodeStats
 
 
-def origins_of(count: int, num_accepted: int, num_drafts: int) -> list[str]:
-    """Where each of a row's `count` kept tokens came from, in a round that proposed L drafts
-    and accepted n of them."""
-    if num_drafts == 0:
-        return [TARGET] * count
-    last = BONUS if num_accepted == num_drafts else CORRECTIVE
-    return [ACCEPTED if j < num_accepted else last for j in range(count)]
+def sample_methods(spec: SpeculativeConfig, params: list[SamplingParams]) -> tuple[str, str]:
+    """The draft and rejection sample methods a batch runs: "auto" resolved per batch, and
+    block verification as the token-wise rule when every request is greedy."""
+    greedy_batch = all(p.temperature == 0 for p in params)
+    draft_sample_method = spec.draft_sample_method
+    if draft_sample_method == "auto":
+        draft_sample_method = "greedy" if greedy_batch else "probabilistic"
+    # With a greedy target everywhere, block verification accepts exactly what the token-wise
+    # rule does (as for one-hot drafts, which the sampler itself sends to "standard").
+    rejection_sample_method = spec.rejection_sample_method
+    if rejection_sample_method == "block" and greedy_batch:
+        rejection_sample_method = "standard"
+    return draft_sample_method, rejection_sample_method
+
+
+class WidthSchedule:
+    """Which K each round of one generate() call uses. A fixed K: that K. "auto": the first
+    round's from the prior (SpeculativeDecoder.first_width), then the width each round chose
+    for the next (the last column of its snapshot), with round times measured per width.
+    warm_up: each allowed width once, in order, then stop."""
+
+    def __init__(self, widths: tuple[int, ...], times: RoundTimes | None, warm_up: bool) -> None:
+        self.widths, self.times, self.warm_up = widths, times, warm_up
+        self.k, *self.pending = widths
+        # What the round's own choice weighs each width's time by; None without "auto".
+        self.relative_times = None if times is None else times.relative(widths)
+
+    def advance(self, seconds: float | None, rows: list[list[int]], done: bool) -> bool:
+        """After a round at width self.k that took `seconds` (None: it compiled, so its time says
+        nothing about the round's): set the next round's K, and say whether the call is done
+        (`done`: every row is)."""
+        if self.times is not None:
+            if seconds is not None:
+                self.times.observe(self.k, seconds)
+                self.relative_times = self.times.relative(self.widths)
+            self.k = self.widths[rows[0][-1]]
+        if self.warm_up:  # one round per width, whatever the rows say
+            if not self.pending:
+                return True
+            self.k = self.pending.pop(0)
+            return False
+        return done
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """One generate() call in flight: what its rounds read and write on the host."""
+
+    run_round: Callable  # the compiled round, its static arguments bound
+    compiled_round: Announced  # the same round unbound: it says whether its last call compiled
+    host_lookup: SuffixProposer | None  # a proposer that looks up on the host, between rounds
+    uses_draft: bool  # whether the draft model's cache must follow the tokens
+    compiled_calls: int  # per round: 1 for a compiled round (one guard check), 0 eager
+    state: LoopState
+    constraints: RowConstraints
+    schedule: WidthSchedule
+    stats: DecodeStats
+    on_tokens: Callable[[int, list[int], list[str]], None] | None
+    outputs: list[list[int]]  # per row: the generated ids so far
+    origins: list[list[str]]  # per row: where each came from
+    histories: list[list[int]]  # per row: prompt and output, what the host lookup reads
+    rounds_without_draft: int = 0  # K = 0 rounds since the draft model last ran
+    done: bool = False
 
 
 class SpeculativeDecoder:
@@ -101,7 +159,7 @@ class SpeculativeDecoder:
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
         self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
         # adaptive K's measurements, per (proposer, batch size)
-        self.round_times: dict[tuple[str, int], RoundTimes] = {}
+        self.round_times: dict[tuple[str, int, str, str], RoundTimes] = {}
 
     def proposer(self, name: str, widest: int) -> tuple[Proposer, SuffixProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
@@ -224,81 +282,110 @@ class SpeculativeDecoder:
         call can use is compiled before a timed run.
         """
         self.check(prompts, params, spec)
-        widths = spec.widths
-        widest, b = max(widths), len(prompts)
-        greedy_batch = all(p.temperature == 0 for p in params)
-        draft_sample_method = spec.draft_sample_method
-        if draft_sample_method == "auto":
-            draft_sample_method = "greedy" if greedy_batch else "probabilistic"
-        # With a greedy target everywhere, block verification accepts exactly what the token-wise
-        # rule does (as for one-hot drafts, which the sampler itself sends to "standard").
-        rejection_sample_method = spec.rejection_sample_method
-        if rejection_sample_method == "block" and greedy_batch:
-            rejection_sample_method = "standard"
+        run = self.start_run(prompts, params, spec, on_tokens, warm_up)
+        while not run.done:
+            self.decode_round(run)
+        self.collect(run.state, run.stats)
+        return GenerationOutput(run.outputs, run.origins, run.stats)
+
+    def start_run(
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        spec: SpeculativeConfig,
+        on_tokens: Callable[[int, list[int], list[str]], None] | None,
+        warm_up: bool,
+    ) -> DecodeRun:
+        """Everything the rounds of one call share: the compiled round with its static
+        arguments, the prefilled state, and the schedule of widths."""
+        widest = max(spec.widths)
         uses_draft = spec.proposer in USES_DRAFT_MODEL
         # K = 0 only: no proposer runs, and any proposer's round is the baseline.
         _, host_lookup, compiled_round = self.proposer(
             spec.proposer if widest else "draft_model", widest
         )
-        adaptive = spec.adaptive if spec.num_speculative_tokens == "auto" else None
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
         state = self.prefill(prompts, params, widest, uses_draft)
         constraints = row_constraints(params, self.device)
         stats.time_prefill = time.perf_counter() - start
-        outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
-        histories = [list(p) for p in prompts]  # what the host lookup reads
-        run_round = partial(
+        return DecodeRun(
+            run_round=self.bind_round(compiled_round, spec, params),
+            compiled_round=compiled_round,
+            host_lookup=host_lookup,
+            uses_draft=uses_draft,
+            compiled_calls=int(compiled_round.compiled),
+            state=state,
+            constraints=constraints,
+            schedule=self.schedule(spec, params, warm_up),
+            stats=stats,
+            on_tokens=on_tokens,
+            outputs=[[] for _ in prompts],
+            origins=[[] for _ in prompts],
+            histories=[list(p) for p in prompts],
+        )
+
+    def bind_round(
+        self, compiled_round: Announced, spec: SpeculativeConfig, params: list[SamplingParams]
+    ) -> Callable:
+        """The round with the call's static arguments bound: the sample methods, the EOS id and,
+        with "auto", the adaptive configuration (the round then chooses the next K)."""
+        draft_sample_method, rejection_sample_method = sample_methods(spec, params)
+        return partial(
             compiled_round,
             draft_sample_method=draft_sample_method,
             rejection_sample_method=rejection_sample_method,
             eos_token_id=self.eos_token_id,
-            adaptive=adaptive,
+            adaptive=spec.adaptive if spec.num_speculative_tokens == "auto" else None,
         )
-        times = relative = None
-        pending = list(widths)  # warm_up's schedule
-        k = pending.pop(0)
-        if adaptive:
-            times = self.round_times.setdefault(
-                (spec.proposer, b), RoundTimes(self.cost_ratio(spec.proposer))
-            )
-            relative = times.relative(widths)
-            if not warm_up:
-                k = self.first_width(adaptive, relative, b)
-        rounds_without_draft, done = 0, False
-        while not done:
-            start = time.perf_counter()
-            if k and uses_draft and rounds_without_draft:
-                self.catch_up_draft(state, rounds_without_draft)
-            host_proposal = None
-            if k and host_lookup is not None:
-                lookup_start = time.perf_counter()
-                host_proposal = host_lookup.host_propose(histories, k, self.device)
-                stats.time_lookup += time.perf_counter() - lookup_start
-            state, snapshot = run_round(
-                state,
-                constraints,
-                host_proposal,
-                None if relative is None else relative.to(self.device),
-                num_speculative_tokens=k,
-            )
-            rows = snapshot.tolist()  # the round's one host read
-            seconds = time.perf_counter() - start
-            stats.count_round(
-                seconds, host_reads=1, compiled_calls=int(compiled_round.compiled), k=k
-            )
-            rounds_without_draft = 0 if k else rounds_without_draft + 1
-            start = time.perf_counter()
-            done = self.emit(rows, k, outputs, origins, on_tokens, histories)
-            stats.time_emit += time.perf_counter() - start
-            if adaptive:  # the first round of each width, which compiles, is not counted
-                times.observe(k, seconds)
-                relative = times.relative(widths)
-                k = widths[rows[0][-1]]
-            if warm_up:
-                done, k = not pending, pending.pop(0) if pending else k
-        self.collect(state, stats)
-        return GenerationOutput(outputs, origins, stats)
+
+    def schedule(
+        self, spec: SpeculativeConfig, params: list[SamplingParams], warm_up: bool
+    ) -> WidthSchedule:
+        """The call's WidthSchedule; with "auto", round times are kept across calls per graph
+        family (proposer, B, sample methods), and the first K comes from the prior (unless
+        warming up: every width in turn)."""
+        if spec.num_speculative_tokens != "auto":
+            return WidthSchedule(spec.widths, None, warm_up)
+        batch_size = len(params)
+        times = self.round_times.setdefault(
+            (spec.proposer, batch_size, *sample_methods(spec, params)),
+            RoundTimes(self.cost_ratio(spec.proposer)),
+        )
+        schedule = WidthSchedule(spec.widths, times, warm_up)
+        if not warm_up:
+            schedule.k = self.first_width(spec.adaptive, schedule.relative_times, batch_size)
+        return schedule
+
+    def decode_round(self, run: DecodeRun) -> None:
+        """One iteration of the loop: the host's lookup (if any), then Algorithm 1's propose,
+        verify, accept and advance in one compiled call, one host read of its snapshot, emit,
+        and the next round's K."""
+        start, k = time.perf_counter(), run.schedule.k
+        if k and run.uses_draft and run.rounds_without_draft:
+            self.catch_up_draft(run.state, run.rounds_without_draft)
+        host_proposal = None
+        if k and run.host_lookup is not None:
+            lookup_start = time.perf_counter()
+            host_proposal = run.host_lookup.host_propose(run.histories, k, self.device)
+            run.stats.time_lookup += time.perf_counter() - lookup_start
+        relative = run.schedule.relative_times
+        run.state, snapshot = run.run_round(
+            run.state,
+            run.constraints,
+            host_proposal,
+            None if relative is None else relative.to(self.device),
+            num_speculative_tokens=k,
+        )
+        rows = snapshot.tolist()  # the round's one host read
+        seconds = time.perf_counter() - start
+        run.stats.count_round(seconds, host_reads=1, compiled_calls=run.compiled_calls, k=k)
+        run.rounds_without_draft = 0 if k else run.rounds_without_draft + 1
+        start = time.perf_counter()
+        done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
+        run.stats.time_emit += time.perf_counter() - start
+        timed = not run.compiled_round.compiled_last  # a round that compiled is not a round's time
+        run.done = run.schedule.advance(seconds if timed else None, rows, done)
 
     @staticmethod
     def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:

@@ -48,7 +48,8 @@ def uniform_float64(key: torch.Tensor) -> torch.Tensor:
     """U[0, 1) with 53 random bits, from two hashes of `key` (float64, as the acceptance test
     uses)."""
     a, b = mix32(key ^ 0x1234567), mix32(key ^ 0x7654321)
-    return ((a >> 5) * 67108864 + (b >> 6)).double() / 9007199254740992.0  # (27 + 26 bits) / 2**53
+    # The top 27 bits of a and 26 of b make one 53-bit integer, then scaled into [0, 1).
+    return ((a >> 5) * 2**26 + (b >> 6)).double() / 2.0**53
 
 
 def exponential_float32(key: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -58,7 +59,7 @@ def exponential_float32(key: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """
     index = torch.arange(vocab_size, device=key.device)
     bits = mix32(key[..., None] ^ mix32(index)) >> 8
-    return (-torch.log((bits.double() + 0.5) / 16777216.0)).float()
+    return (-torch.log((bits.double() + 0.5) / 2.0**24)).float()
 
 
 def round_noise(

@@ -90,6 +90,12 @@ class DecodeStats:
     def per_round(self, total: float) -> float:
         return total / max(self.batch_rounds, 1)
 
+    def speedup_over(self, baseline: "DecodeStats") -> float | None:
+        """The measured speedup: tokens per second against a K = 0 baseline's (None when the
+        baseline's rate could not be measured)."""
+        base = baseline.tokens_per_second
+        return self.tokens_per_second / base if base else None
+
     def cost_ratio(self) -> float | None:
         """c (Definition 3.7): one draft step over one target step, when both were timed."""
         if self.draft_step_time is None or not self.target_step_time:
@@ -151,8 +157,9 @@ class DecodeStats:
         if k and self.cost_ratio() is not None:
             lines.append(f"  measured c                   {fmt(self.cost_ratio())}")
         if k and baseline:
-            speedup = self.tokens_per_second / baseline.tokens_per_second
-            line = f"  speedup vs K = 0             {speedup:.2f}x measured"
+            speedup = self.speedup_over(baseline)
+            measured = "n/a" if speedup is None else f"{speedup:.2f}x"
+            line = f"  speedup vs K = 0             {measured} measured"
             if self.alpha is not None and self.cost_ratio() is not None and k != "auto":
                 predicted = predicted_speedup(self.alpha, k, self.cost_ratio())
                 line += f", {predicted:.2f}x predicted (Theorem 3.8)"

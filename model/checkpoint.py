@@ -27,6 +27,9 @@ from model.gpt import GPT
 
 FORMAT = "minispec-gpt-v1"
 TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
+# Keys of the trainer's optimizer state, which a resumable checkpoint carries beside the
+# weights (save_checkpoint's `extra`); loading a model skips them.
+OPTIMIZER_PREFIX = "optim."
 TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
 
 
@@ -221,7 +224,7 @@ def load_checkpoint(
         expected = {
             k: v.shape for k, v in GPT(config).state_dict().items() if not (tied and k == TIED_KEY)
         }
-    weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     missing, unexpected = (
         sorted(expected.keys() - weights.keys()),
         sorted(weights.keys() - expected.keys()),

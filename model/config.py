@@ -43,8 +43,18 @@ class GPTConfig:
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)  # frozen: set once, here
         # Checked here, not where they are used, so that a checkpoint's config that does not make
-        # sense fails as one ValueError at load time. bool is an int subclass: JSON `true` is not
-        # a size.
+        # sense fails as one ValueError at load time.
+        self.check_sizes()
+        self.check_positive_reals()
+        self.check_heads()
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(
+                f"GPTConfig.tie_embeddings must be a bool, got {self.tie_embeddings!r}"
+            )
+
+    def check_sizes(self) -> None:
+        """Every size a positive int within SIZE_LIMITS. bool is an int subclass: JSON `true` is
+        not a size."""
         for name in (
             "vocab_size",
             "n_layer",
@@ -61,6 +71,9 @@ class GPTConfig:
                 raise ValueError(
                     f"GPTConfig.{name} must be at most {SIZE_LIMITS[name]:,}, got {value:,}"
                 )
+
+    def check_positive_reals(self) -> None:
+        """rope_theta and norm_eps: positive, finite numbers."""
         for name in ("rope_theta", "norm_eps"):
             value = getattr(self, name)
             if (
@@ -71,6 +84,10 @@ class GPTConfig:
                 raise ValueError(
                     f"GPTConfig.{name} must be a positive finite number, got {value!r}"
                 )
+
+    def check_heads(self) -> None:
+        """d_model splits into n_head even-sized heads (RoPE rotates pairs), which share the
+        n_kv_head key/value heads evenly."""
         if self.d_model % self.n_head or (self.d_model // self.n_head) % 2:
             raise ValueError(
                 f"GPTConfig.d_model={self.d_model} must split into n_head={self.n_head} "
@@ -79,10 +96,6 @@ class GPTConfig:
         if self.n_head % self.n_kv_head:
             raise ValueError(
                 f"GPTConfig.n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}"
-            )
-        if not isinstance(self.tie_embeddings, bool):
-            raise ValueError(
-                f"GPTConfig.tie_embeddings must be a bool, got {self.tie_embeddings!r}"
             )
 
     @property

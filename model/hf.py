@@ -148,39 +148,56 @@ def replace_folder(out: Path, files: dict[str, bytes]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def gpt_config(hf: dict, path: Path) -> GPTConfig:
-    """The GPTConfig of a config.json, or a CheckpointError naming what GPT does not implement."""
+def unsupported(path: Path, feature: str) -> CheckpointError:
+    """The error for a folder feature that GPT does not implement."""
+    return CheckpointError(
+        f"{path}: unsupported Hugging Face feature: {feature} "
+        f"(minispec implements the plain Llama architecture)"
+    )
 
-    def unsupported(feature: str) -> CheckpointError:
-        return CheckpointError(
-            f"{path}: unsupported Hugging Face feature: {feature} "
-            f"(minispec implements the plain Llama architecture)"
-        )
 
-    hf = {**HF_DEFAULTS, **{k: v for k, v in hf.items() if v is not None}}
+def check_architecture(hf: dict, path: Path) -> None:
+    """The plain Llama architecture: SiLU, no biases, no quantization, full rotary."""
     architectures = hf.get("architectures") or [ARCHITECTURE]
     if hf.get("model_type") != "llama" or architectures != [ARCHITECTURE]:
-        raise unsupported(f"architecture {architectures} (model_type {hf.get('model_type')!r})")
+        raise unsupported(
+            path, f"architecture {architectures} (model_type {hf.get('model_type')!r})"
+        )
     if hf["hidden_act"] != "silu":
-        raise unsupported(f"hidden_act {hf['hidden_act']!r}")
+        raise unsupported(path, f"hidden_act {hf['hidden_act']!r}")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
-            raise unsupported(f"{flag}")
+            raise unsupported(path, f"{flag}")
     if hf.get("quantization_config"):
-        raise unsupported("quantization_config")
+        raise unsupported(path, "quantization_config")
+
+
+def plain_rope_theta(hf: dict, path: Path) -> float:
+    """The RoPE base, after checking that the rotary embedding is the plain one: full width,
+    no scaling."""
     # transformers 5 writes {"rope_type", "rope_theta"} as rope_parameters; 4 writes rope_theta
     # and rope_scaling. Any rope type but the default (linear, dynamic, yarn, llama3...) scales.
     rope = {**hf.get("rope_scaling", {}), **hf.get("rope_parameters", {})}
-    rope_theta = rope.pop("rope_theta", hf["rope_theta"])
+    theta = rope.pop("rope_theta", hf["rope_theta"])
     rope_type = rope.pop("rope_type", rope.pop("type", "default"))
     if rope_type != "default" or rope:
-        raise unsupported(f"rope scaling { ({'rope_type': rope_type, **rope}) }")
+        raise unsupported(path, f"rope scaling { ({'rope_type': rope_type, **rope}) }")
     if hf.get("partial_rotary_factor", 1.0) != 1.0:
-        raise unsupported(f"partial_rotary_factor {hf['partial_rotary_factor']}")
+        raise unsupported(path, f"partial_rotary_factor {hf['partial_rotary_factor']}")
+    return theta
+
+
+def gpt_config(hf: dict, path: Path) -> GPTConfig:
+    """The GPTConfig of a config.json, or a CheckpointError naming what GPT does not implement."""
+    hf = {**HF_DEFAULTS, **{k: v for k, v in hf.items() if v is not None}}
+    check_architecture(hf, path)
+    theta = plain_rope_theta(hf, path)
     try:
         heads, d_model = hf["num_attention_heads"], hf["hidden_size"]
         if hf.get("head_dim", d_model // heads) * heads != d_model:
-            raise unsupported(f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads")
+            raise unsupported(
+                path, f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads"
+            )
         return GPTConfig(
             vocab_size=hf["vocab_size"],
             n_layer=hf["num_hidden_layers"],
@@ -189,7 +206,7 @@ def gpt_config(hf: dict, path: Path) -> GPTConfig:
             d_model=d_model,
             mlp_hidden=hf["intermediate_size"],
             max_seq_len=hf["max_position_embeddings"],
-            rope_theta=rope_theta,
+            rope_theta=theta,
             norm_eps=hf["rms_norm_eps"],
             tie_embeddings=hf["tie_word_embeddings"],
         )
@@ -221,22 +238,21 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def load_hf_folder(
-    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> tuple[GPT, dict[str, str]]:
-    """A GPT from a local Hugging Face Llama folder, with metadata like a checkpoint's: format,
-    config, tokenizer (what load_pair compares), bos_token_id and eos_token_id (as JSON)."""
-    path = Path(path)
+def read_config(path: Path) -> dict:
+    """config.json as a dict, or a CheckpointError."""
     try:
         hf = json.loads((path / "config.json").read_text())
         if not isinstance(hf, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: config.json does not load ({exc})") from None
-    config = gpt_config(hf, path)
-    model = GPT(config)
-    tensors = read_tensors(path)
-    names = name_map(config)
+    return hf
+
+
+def gpt_state(path: Path, model: GPT, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The folder's tensors under GPT's names (q, k and v stacked into wqkv), after checking
+    that the folder holds exactly the tensors, of the shapes, that config.json implies."""
+    names = name_map(model.config)
     expected = {name for group in names.values() for name in group}
     # transformers may store a tied head's copy, and old versions stored RoPE frequencies.
     ignored = {k for k in tensors if k.endswith("rotary_emb.inv_freq") or k == "lm_head.weight"}
@@ -258,8 +274,21 @@ def load_hf_folder(
                 f"do not stack to {tuple(expected_shape)}, which config.json implies"
             )
         state[name] = torch.cat(parts)
-    if config.tie_embeddings:
+    if model.config.tie_embeddings:
         state[TIED_KEY] = state["embed.weight"]
+    return state
+
+
+def load_hf_folder(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[GPT, dict[str, str]]:
+    """A GPT from a local Hugging Face Llama folder, with metadata like a checkpoint's: format,
+    config, tokenizer (what load_pair compares), bos_token_id and eos_token_id (as JSON)."""
+    path = Path(path)
+    hf = read_config(path)
+    config = gpt_config(hf, path)
+    model = GPT(config)
+    state = gpt_state(path, model, read_tensors(path))
     model.load_state_dict(cast_finite(path, state, dtype))
     meta = {
         "format": FORMAT,

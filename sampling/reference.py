@@ -82,6 +82,64 @@ def _block_length(
     return tau, weights[tau]
 
 
+def _request_laws(
+    logits: torch.Tensor,
+    probs: torch.Tensor | None,
+    drafts: list[int],
+    temperature: float,
+    top_k: int,
+    top_p: float,
+):
+    """p(i) and q(i) for one request: the target's and the draft's distributions after i
+    drafts. ``probs`` None: a one-hot draft."""
+
+    def p(i: int) -> torch.Tensor:
+        return target_distribution(logits[i].cpu(), temperature, top_k, top_p)
+
+    def q(i: int) -> torch.Tensor:
+        if probs is not None:
+            return probs[i].float().cpu()
+        one_hot = torch.zeros(logits.shape[-1])  # a one-hot draft
+        one_hot[drafts[i]] = 1.0
+        return one_hot
+
+    return p, q
+
+
+def _block_request(p, q, drafts: list[int], uniforms: list[float], noise) -> list[int]:
+    """Block verification for one request: the tau accepted drafts, then the draw."""
+    tau, weight = _block_length(p, q, drafts, uniforms, len(drafts))
+    if tau == len(drafts):  # the bonus (or the draw after the stop token): p itself
+        residual = p(tau)
+    else:
+        residual = (weight * p(tau).double() - q(tau).double()).clamp(min=0).float()
+        if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
+            residual = p(tau)
+    return drafts[:tau] + [draw(residual, noise)]
+
+
+def _tokenwise_request(
+    p, q, drafts: list[int], uniforms: torch.Tensor, temperature: float, method: str, noise
+) -> list[int]:
+    """The token-wise rule for one request: the accepted drafts, then the corrective token
+    (after a rejection) or the bonus token (after none)."""
+    emitted = []
+    for i, x in enumerate(drafts):
+        p_i, q_i = p(i), q(i)
+        if temperature == 0:
+            accept = x == int(p_i.argmax())
+        else:  # u <= p(x) / q(x), written without the division
+            p_x, q_x = float(p_i[x]), float(q_i[x])
+            accept = p_x > 0 and q_x > 0 and p_x >= float(uniforms[i]) * q_x
+        if not accept:
+            residual = p_i if method == "naive" else (p_i - q_i).clamp(min=0)
+            if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
+                residual = p_i
+            return emitted + [draw(residual, noise)]
+        emitted.append(x)
+    return emitted + [draw(p(len(drafts)), noise)]  # every draft accepted: the bonus token
+
+
 def rejection_sample(
     target_logits: torch.Tensor,
     draft_token_ids: torch.Tensor,
@@ -109,49 +167,15 @@ def rejection_sample(
         # emits, so the round ends at L at the latest with a draw from p(L).
         num_real = num_drafts if num_draft_tokens is None else int(num_draft_tokens[b])
         drafts = [int(x) for x in draft_token_ids[b, :num_real]]
+        probs = None if draft_probs is None else draft_probs[b]
+        p, q = _request_laws(target_logits[b], probs, drafts, t, k, top_p_b)
         noise = exponentials[b].cpu()
-
-        def p(i: int) -> torch.Tensor:
-            return target_distribution(target_logits[b, i].cpu(), t, k, top_p_b)
-
-        def q(i: int) -> torch.Tensor:
-            if draft_probs is not None:
-                return draft_probs[b, i].float().cpu()
-            one_hot = torch.zeros(target_logits.shape[-1])  # a one-hot draft
-            one_hot[drafts[i]] = 1.0
-            return one_hot
-
         # Block verification with a one-hot draft or a greedy target accepts exactly as the
         # token-wise rule does; the tensor version runs that rule then, and so does this one.
         if method == "block" and draft_probs is not None and t > 0:
-            tau, weight = _block_length(p, q, drafts, uniforms[b].tolist(), num_real)
-            token_ids[b, :tau] = torch.tensor(drafts[:tau], dtype=torch.int64)
-            num_accepted[b] = tau
-            if tau == num_real:  # the bonus (or the draw after the stop token): p itself
-                residual = p(tau)
-            else:
-                residual = (weight * p(tau).double() - q(tau).double()).clamp(min=0).float()
-                if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
-                    residual = p(tau)
-            token_ids[b, tau] = draw(residual, noise)
-            continue
-
-        for i in range(num_real):
-            x = drafts[i]
-            p_i, q_i = p(i), q(i)
-            if t == 0:
-                accept = x == int(p_i.argmax())
-            else:  # u <= p(x) / q(x), written without the division
-                p_x, q_x = float(p_i[x]), float(q_i[x])
-                accept = p_x > 0 and q_x > 0 and p_x >= float(uniforms[b, i]) * q_x
-            if not accept:
-                residual = p_i if method == "naive" else (p_i - q_i).clamp(min=0)
-                if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
-                    residual = p_i
-                token_ids[b, i] = draw(residual, noise)
-                break
-            token_ids[b, i] = x
-            num_accepted[b] += 1
-        else:  # every draft accepted: the bonus token, from the next target row
-            token_ids[b, num_real] = draw(p(num_real), noise)
+            emitted = _block_request(p, q, drafts, uniforms[b].tolist(), noise)
+        else:
+            emitted = _tokenwise_request(p, q, drafts, uniforms[b], t, method, noise)
+        token_ids[b, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
+        num_accepted[b] = len(emitted) - 1
     return RejectionOutput(token_ids, num_accepted)

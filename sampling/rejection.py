@@ -117,6 +117,167 @@ def _block_length(
     return tau, weight_at_tau
 
 
+class _Drafts(NamedTuple):
+    """The drafts as the rule reads them. Short proposals: a row with L < K drafts is treated as
+    if it had drafted a stop token at position L + 1 that the target never emits. So positions
+    past L are never accepted and the round ends at L at the latest, with a draw from the
+    target's row L (the residual of p against a q with all its mass on the stop token is p)."""
+
+    ids: torch.Tensor  # [B, K] x_1..x_K; 0 past a row's last draft, whose id may be anything (-1)
+    real: torch.Tensor | None  # [B, K] bool: positions holding real drafts; None: all of them
+    last: torch.Tensor  # [B, K] bool: the position of each row's last real draft
+    count: torch.Tensor | int  # L_b per row [B], or K for every row
+
+
+class _TargetRows(NamedTuple):
+    """p at every position, kept as filtered logits and a log-normaliser: the test needs only
+    p(x), and the draw needs one row."""
+
+    filtered: torch.Tensor  # [B, K+1, V] logits after temperature, top-k and top-p
+    argmax: torch.Tensor  # [B, K+1] the greedy choice (the first index, as torch.argmax)
+    log_norm: torch.Tensor  # [B, K+1] log sum_v exp; the bonus row's max only (it is only raced)
+
+
+def _read_drafts(draft_token_ids: torch.Tensor, num_draft_tokens: torch.Tensor | None) -> _Drafts:
+    """x, and which of its positions hold real drafts (``_Drafts``)."""
+    num_drafts = draft_token_ids.shape[1]
+    position = torch.arange(num_drafts, device=draft_token_ids.device)
+    if num_draft_tokens is None:
+        return _Drafts(draft_token_ids, None, position == num_drafts - 1, num_drafts)
+    real = position < num_draft_tokens[:, None]
+    last = position == num_draft_tokens[:, None] - 1
+    return _Drafts(torch.where(real, draft_token_ids, 0), real, last, num_draft_tokens)
+
+
+def _read_target(
+    target_logits: torch.Tensor, constraints: RowConstraints, num_drafts: int
+) -> _TargetRows:
+    """The target's rows p_1..p_{K+1}, read in two passes: max and argmax (the greedy choice),
+    then the sum of exponentials for the K positions that are tested."""
+    filtered = filtered_logits(target_logits, constraints)
+    row_max, target_argmax = max_and_argmax(filtered)  # [B, K+1] each
+    log_norm = log_normalizer(filtered[:, :num_drafts], row_max[:, :num_drafts, None])
+    # The bonus row needs no normaliser: it is only raced, and argmax(w / E) ignores w's scale.
+    log_norm = torch.cat([log_norm.squeeze(-1), row_max[:, num_drafts:]], dim=1)  # [B, K+1]
+    return _TargetRows(filtered, target_argmax, log_norm)
+
+
+def _draft_likelihoods(
+    target: _TargetRows, x: torch.Tensor, draft_probs: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """p_i(x_i) and q_i(x_i) [B, K], what step 1 tests."""
+    num_drafts = x.shape[1]
+    p_x = (
+        target.filtered[:, :num_drafts].gather(-1, x[..., None]).squeeze(-1)
+        - target.log_norm[:, :num_drafts]
+    ).exp()
+    q_x = (
+        torch.ones_like(p_x)
+        if draft_probs is None  # a one-hot draft: q(x) = 1
+        else draft_probs.gather(-1, x[..., None]).squeeze(-1).float()
+    )
+    return p_x, q_x
+
+
+def _greedy_accepted(target: _TargetRows, drafts: _Drafts) -> torch.Tensor:
+    """[B, K] bool: a greedy row (temperature 0) accepts a draft equal to the target's argmax."""
+    accepted = drafts.ids == target.argmax[:, : drafts.ids.shape[1]]
+    if drafts.real is not None:
+        accepted &= drafts.real
+    return accepted
+
+
+def _tokenwise_accepted(
+    p_x: torch.Tensor,
+    q_x: torch.Tensor,
+    uniforms: torch.Tensor,
+    drafts: _Drafts,
+    greedy: torch.Tensor,
+    greedy_accepted: torch.Tensor,
+) -> torch.Tensor:
+    """Steps 1-2 token-wise: x_i passes when p(x) >= u q(x), in float64 (u <= p(x) / q(x)
+    without dividing, and never for p(x) = 0 or q(x) = 0); n [B] is the all-passed prefix."""
+    accepted = (p_x > 0) & (q_x > 0) & (p_x.double() >= uniforms * q_x.double())
+    if drafts.real is not None:
+        accepted &= drafts.real
+    accepted = torch.where(greedy[:, None], greedy_accepted, accepted)
+    return _prefix_length(accepted)  # [B]
+
+
+def _block_accepted(
+    target: _TargetRows,
+    p_x: torch.Tensor,
+    q_x: torch.Tensor,
+    draft_probs: torch.Tensor,
+    uniforms: torch.Tensor,
+    drafts: _Drafts,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 2 by block verification: tau [B], which replaces n, and p_tau [B, 1]."""
+    num_drafts = drafts.ids.shape[1]
+    target_probs = (target.filtered[:, 1:num_drafts] - target.log_norm[:, 1:num_drafts, None]).exp()
+    return _block_length(p_x, q_x, target_probs, draft_probs, uniforms, drafts.real, drafts.last)
+
+
+def _residual(
+    p_n: torch.Tensor,
+    rows: torch.Tensor,
+    drafts: _Drafts,
+    draft_probs: torch.Tensor | None,
+    n: torch.Tensor,
+    weight_at_tau: torch.Tensor | None,
+) -> torch.Tensor:
+    """[B, V]: max(p - q, 0) at row n, or with ``weight_at_tau`` (block verification) the
+    residual of p_tau Mb against Ms, in float64 like p_tau. ``rows``: 0..B-1."""
+    n_draft = n.clamp(max=drafts.ids.shape[1] - 1)  # at n = K there is no draft row to gather
+    if draft_probs is None:
+        vocab = torch.arange(p_n.shape[-1], device=p_n.device)
+        q_n = (vocab == drafts.ids[rows, n_draft][:, None]).float()
+    else:
+        q_n = draft_probs[rows, n_draft].float()
+    if weight_at_tau is not None:
+        return (weight_at_tau * p_n.double() - q_n.double()).clamp(min=0).float()
+    return (p_n - q_n).clamp(min=0)
+
+
+def _corrective_or_bonus(
+    target: _TargetRows,
+    drafts: _Drafts,
+    draft_probs: torch.Tensor | None,
+    n: torch.Tensor,
+    weight_at_tau: torch.Tensor | None,
+    exponentials: torch.Tensor,
+    greedy: torch.Tensor,
+    method: str,
+) -> torch.Tensor:
+    """Step 3, one draw per request [B], from row n only: the corrective token from the
+    residual if n < L, else the bonus from p. A greedy row takes the argmax instead."""
+    rows = torch.arange(n.shape[0], device=n.device)
+    p_n = (target.filtered[rows, n] - target.log_norm[rows, n][:, None]).exp()  # [B, V]
+    if method == "naive":  # the wrong rule, kept to show its bias: resample p after a rejection
+        weights = p_n
+    else:
+        residual = _residual(p_n, rows, drafts, draft_probs, n, weight_at_tau)
+        weights = torch.where((n < drafts.count)[:, None], residual, p_n)
+    token = race(weights, exponentials)
+    if draft_probs is not None and method != "naive":
+        # Rounding can leave the residual without mass (p == q up to an ulp): draw from p then.
+        # A one-hot draft cannot get here: its x is rejected only when p(x) < 1, and then some
+        # other token has p > 0.
+        token = torch.where(weights.amax(dim=-1) > 0, token, race(p_n, exponentials))
+    return torch.where(greedy, target.argmax[rows, n], token)
+
+
+def _emitted(x: torch.Tensor, n: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """[B, K+1]: the n accepted drafts, then the corrective/bonus token, then placeholders."""
+    position = torch.arange(x.shape[1] + 1, device=x.device)
+    drafts = F.pad(x, (0, 1), value=PLACEHOLDER_TOKEN_ID)
+    return torch.where(
+        position < n[:, None],
+        drafts,
+        torch.where(position == n[:, None], token[:, None], PLACEHOLDER_TOKEN_ID),
+    )
+
+
 def _rejection_core(
     target_logits: torch.Tensor,
     draft_token_ids: torch.Tensor,
@@ -129,98 +290,28 @@ def _rejection_core(
     num_draft_tokens: torch.Tensor | None,
     method: str,
 ) -> RejectionOutput:
-    batch_size, num_drafts = draft_token_ids.shape
-    rows = torch.arange(batch_size, device=target_logits.device)
-    position = torch.arange(num_drafts, device=target_logits.device)
+    """Algorithm 1 for the whole batch, top to bottom: read the drafts and p, test each draft
+    (step 1), count the accepted prefix n (step 2), draw the corrective or bonus token from row
+    n (step 3), and lay out the output. Greedy rows ride along, picked per row by torch.where."""
+    drafts = _read_drafts(draft_token_ids, num_draft_tokens)
     greedy = temperature == 0
-    # Short proposals: a row with L < K drafts is treated as if it had drafted a stop token at
-    # position L + 1 that the target never emits. So positions past L are never accepted and
-    # the round ends at L at the latest, with a draw from the target's row L (the residual of p
-    # against a q with all its mass on the stop token is p). Ids there may be anything (-1).
-    if num_draft_tokens is None:
-        num_real, real = num_drafts, None
-        last = position == num_drafts - 1
-        x = draft_token_ids
-    else:
-        num_real = num_draft_tokens
-        real = position < num_real[:, None]
-        last = position == num_real[:, None] - 1
-        x = torch.where(real, draft_token_ids, 0)
-
-    # p at every position, kept as filtered logits and a log-normaliser: the test needs only
-    # p(x), and the draw needs one row. Reading the logits takes two passes: max and argmax (the
-    # greedy choice), then the sum of exponentials for the K positions that are tested.
-    filtered = filtered_logits(target_logits, RowConstraints(temperature, top_k, top_p))
-    row_max, target_argmax = max_and_argmax(filtered)  # [B, K+1] each
-    log_norm = log_normalizer(filtered[:, :num_drafts], row_max[:, :num_drafts, None])
-    # The bonus row needs no normaliser: it is only raced, and argmax(w / E) ignores w's scale.
-    log_norm = torch.cat([log_norm.squeeze(-1), row_max[:, num_drafts:]], dim=1)  # [B, K+1]
-
-    # Step 1: the acceptance test, in float64.
-    p_x = (
-        filtered[:, :num_drafts].gather(-1, x[..., None]).squeeze(-1) - log_norm[:, :num_drafts]
-    ).exp()
-    q_x = (
-        torch.ones_like(p_x)
-        if draft_probs is None  # a one-hot draft: q(x) = 1
-        else draft_probs.gather(-1, x[..., None]).squeeze(-1).float()
+    target = _read_target(
+        target_logits, RowConstraints(temperature, top_k, top_p), draft_token_ids.shape[1]
     )
-    greedy_accepted = x == target_argmax[:, :num_drafts]
-    if real is not None:
-        greedy_accepted &= real
-    block = method == "block"
-    if block:
-        # Step 2, block verification: tau replaces n. A greedy row keeps the token-wise n: with
-        # a one-hot target, p_i is 1 while the drafts match the argmax and 0 after, so both
-        # rules give the same n and the same argmax token.
-        target_probs = (filtered[:, 1:num_drafts] - log_norm[:, 1:num_drafts, None]).exp()
-        tau, weight_at_tau = _block_length(
-            p_x, q_x, target_probs, draft_probs, uniforms, real, last
-        )
+    p_x, q_x = _draft_likelihoods(target, drafts.ids, draft_probs)
+    greedy_accepted = _greedy_accepted(target, drafts)
+    weight_at_tau = None
+    if method == "block":
+        # A greedy row keeps the token-wise n: with a one-hot target, p_i is 1 while the drafts
+        # match the argmax and 0 after, so both rules give the same n and the same argmax token.
+        tau, weight_at_tau = _block_accepted(target, p_x, q_x, draft_probs, uniforms, drafts)
         num_accepted = torch.where(greedy, _prefix_length(greedy_accepted), tau)
     else:
-        accepted = (p_x > 0) & (q_x > 0) & (p_x.double() >= uniforms * q_x.double())
-        if real is not None:
-            accepted &= real
-        accepted = torch.where(greedy[:, None], greedy_accepted, accepted)
-        # Step 2: n, the length of the all-accepted prefix.
-        num_accepted = _prefix_length(accepted)  # [B]
-
-    # Step 3: one draw per request, from row n only: the corrective token from the residual
-    # max(p - q, 0) if n < L, else the bonus from p. A greedy row takes the argmax instead.
-    n = num_accepted
-    p_n = (filtered[rows, n] - log_norm[rows, n][:, None]).exp()  # [B, V]
-    if method == "naive":  # the wrong rule, kept to show its bias: resample p after a rejection
-        weights = p_n
-    else:
-        n_draft = n.clamp(max=num_drafts - 1)  # at n = K there is no draft row to gather
-        if draft_probs is None:
-            vocab = torch.arange(p_n.shape[-1], device=p_n.device)
-            q_n = (vocab == x[rows, n_draft][:, None]).float()
-        else:
-            q_n = draft_probs[rows, n_draft].float()
-        if block:  # the residual of p_tau Mb against Ms, in float64 like p_tau
-            residual = (weight_at_tau * p_n.double() - q_n.double()).clamp(min=0).float()
-        else:
-            residual = (p_n - q_n).clamp(min=0)
-        weights = torch.where((n < num_real)[:, None], residual, p_n)
-    token = race(weights, exponentials)
-    if draft_probs is not None and method != "naive":
-        # Rounding can leave the residual without mass (p == q up to an ulp): draw from p then.
-        # A one-hot draft cannot get here: its x is rejected only when p(x) < 1, and then some
-        # other token has p > 0.
-        token = torch.where(weights.amax(dim=-1) > 0, token, race(p_n, exponentials))
-    token = torch.where(greedy, target_argmax[rows, n], token)
-
-    # Output: accepted drafts, then the corrective/bonus token at position n, then placeholders.
-    position = torch.arange(num_drafts + 1, device=target_logits.device)
-    drafts = F.pad(x, (0, 1), value=PLACEHOLDER_TOKEN_ID)
-    token_ids = torch.where(
-        position < n[:, None],
-        drafts,
-        torch.where(position == n[:, None], token[:, None], PLACEHOLDER_TOKEN_ID),
+        num_accepted = _tokenwise_accepted(p_x, q_x, uniforms, drafts, greedy, greedy_accepted)
+    token = _corrective_or_bonus(
+        target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, method
     )
-    return RejectionOutput(token_ids, num_accepted)
+    return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
 
 
 # Created once: a graph is compiled per (shapes, dtypes, one-hot or not, filters on, method) and
@@ -228,19 +319,9 @@ def _rejection_core(
 _rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
 
 
-def _validate(
-    target_logits,
-    draft_token_ids,
-    draft_probs,
-    uniforms,
-    exponentials,
-    num_draft_tokens,
-    method: str,
-    check_values: bool,
-) -> None:
-    """Shape, dtype and device checks; host-side only, so they cost no device sync."""
-    if method not in REJECTION_SAMPLE_METHODS:
-        raise ValueError(f"method must be one of {REJECTION_SAMPLE_METHODS}, got {method!r}")
+def _check_logits_and_drafts(target_logits, draft_token_ids) -> None:
+    """target_logits a float [B, K+1, V] tensor and draft_token_ids an int64 [B, K] one, on the
+    same device, with K >= 1."""
     if (
         not isinstance(target_logits, torch.Tensor)
         or target_logits.dim() != 3
@@ -261,23 +342,26 @@ def _validate(
             f"{list(getattr(draft_token_ids, 'shape', []))}"
         )
     batch_size, num_drafts = draft_token_ids.shape
-    _, rows, vocab_size = target_logits.shape
-    device = target_logits.device
     if num_drafts < 1:
         raise ValueError(
             "draft_token_ids must have K >= 1 columns (num_speculative_tokens); "
             "for K = 0 use sampling.sample"
         )
-    if target_logits.shape[0] != batch_size or rows != num_drafts + 1:
+    if target_logits.shape[0] != batch_size or target_logits.shape[1] != num_drafts + 1:
         raise ValueError(
             f"target_logits must be [B, K+1, V] = [{batch_size}, {num_drafts + 1}, V] "
             f"for draft_token_ids [{batch_size}, {num_drafts}], "
             f"got {list(target_logits.shape)}"
         )
-    if draft_token_ids.device != device:
+    if draft_token_ids.device != target_logits.device:
         raise ValueError(
-            f"draft_token_ids is on {draft_token_ids.device}, target_logits on {device}"
+            f"draft_token_ids is on {draft_token_ids.device}, target_logits on "
+            f"{target_logits.device}"
         )
+
+
+def _check_num_draft_tokens(num_draft_tokens, batch_size: int, device: torch.device) -> None:
+    """None, or an int64 [B] tensor on the logits' device."""
     if num_draft_tokens is not None and (
         not isinstance(num_draft_tokens, torch.Tensor)
         or num_draft_tokens.dtype != torch.int64
@@ -288,37 +372,75 @@ def _validate(
             f"num_draft_tokens must be an int64 [B] = [{batch_size}] tensor on "
             f"{device}, got {getattr(num_draft_tokens, 'dtype', num_draft_tokens)}"
         )
+
+
+def _check_draft_values(
+    draft_token_ids: torch.Tensor, num_draft_tokens: torch.Tensor | None, vocab_size: int
+) -> None:
+    """Each L_b in [0, K], each real draft id in [0, V). Reads values: CPU tensors only."""
+    num_drafts, ids = draft_token_ids.shape[1], draft_token_ids
+    if num_draft_tokens is not None:
+        if bool(((num_draft_tokens < 0) | (num_draft_tokens > num_drafts)).any()):
+            raise ValueError(f"num_draft_tokens must lie in [0, K] = [0, {num_drafts}]")
+        # Past a row's last draft the ids are never read: any value (-1) may stand there.
+        ids = ids.masked_fill(torch.arange(num_drafts) >= num_draft_tokens[:, None], 0)
+    lowest, highest = torch.aminmax(ids)
+    if lowest < 0 or highest >= vocab_size:
+        raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {vocab_size})")
+
+
+def _check_float_tensor(name: str, tensor, shape: tuple, device: torch.device) -> None:
+    """None, or a float tensor of ``shape`` on ``device``."""
+    if tensor is None:
+        return
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        raise ValueError(
+            f"{name} must be a float tensor, got {type(tensor).__name__}"
+            f" {getattr(tensor, 'dtype', '')}"
+        )
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(tensor.shape)}")
+    if tensor.device != device:
+        raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
+
+
+def _validate(
+    target_logits, draft_token_ids, num_draft_tokens, method: str, check_values: bool
+) -> None:
+    """The method, the logits, the drafts and their counts: shape, dtype and device checks, and
+    on the CPU (with ``check_values``) the draft ids' range. No device sync."""
+    if method not in REJECTION_SAMPLE_METHODS:
+        raise ValueError(f"method must be one of {REJECTION_SAMPLE_METHODS}, got {method!r}")
+    _check_logits_and_drafts(target_logits, draft_token_ids)
+    device = target_logits.device
+    _check_num_draft_tokens(num_draft_tokens, draft_token_ids.shape[0], device)
     # The range checks read values: free on the CPU, a device sync on an accelerator. There they
     # are skipped rather than made a torch._assert_async, whose failure is a device-side assert
     # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
     # over the same V anyway.
     if check_values and device.type == "cpu" and draft_token_ids.numel():
-        ids = draft_token_ids
-        if num_draft_tokens is not None:
-            if bool(((num_draft_tokens < 0) | (num_draft_tokens > num_drafts)).any()):
-                raise ValueError(f"num_draft_tokens must lie in [0, K] = [0, {num_drafts}]")
-            # Past a row's last draft the ids are never read: any value (-1) may stand there.
-            ids = ids.masked_fill(torch.arange(num_drafts) >= num_draft_tokens[:, None], 0)
-        lowest, highest = torch.aminmax(ids)
-        if lowest < 0 or highest >= vocab_size:
-            raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {vocab_size})")
-    expected = {
-        "draft_probs": (draft_probs, (batch_size, num_drafts, vocab_size)),
-        "uniforms": (uniforms, (batch_size, num_drafts)),
-        "exponentials": (exponentials, (batch_size, vocab_size)),
-    }
-    for name, (tensor, shape) in expected.items():
-        if tensor is None:
-            continue
-        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
-            raise ValueError(
-                f"{name} must be a float tensor, got {type(tensor).__name__}"
-                f" {getattr(tensor, 'dtype', '')}"
-            )
-        if tuple(tensor.shape) != shape:
-            raise ValueError(f"{name} must have shape {list(shape)}, got {list(tensor.shape)}")
-        if tensor.device != device:
-            raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
+        _check_draft_values(draft_token_ids, num_draft_tokens, target_logits.shape[-1])
+
+
+def _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials) -> None:
+    """draft_probs [B, K, V], uniforms [B, K] and exponentials [B, V]: each None or a float
+    tensor of that shape on the logits' device."""
+    batch_size, rows, vocab_size = target_logits.shape
+    device, num_drafts = target_logits.device, rows - 1
+    _check_float_tensor("draft_probs", draft_probs, (batch_size, num_drafts, vocab_size), device)
+    _check_float_tensor("uniforms", uniforms, (batch_size, num_drafts), device)
+    _check_float_tensor("exponentials", exponentials, (batch_size, vocab_size), device)
+
+
+def _effective_method(method: str, draft_probs: torch.Tensor | None, temperature) -> str:
+    """``method``, except that block verification with one-hot drafts or a greedy target
+    accepts exactly as the token-wise rule does (its p_i is then the product of per-token
+    acceptances), so the token-wise rule serves, without block's extra reductions."""
+    if method == "block" and (
+        draft_probs is None or (not isinstance(temperature, torch.Tensor) and temperature == 0)
+    ):
+        return "standard"
+    return method
 
 
 def rejection_sample(
@@ -351,26 +473,11 @@ def rejection_sample(
     validated them once, like the decode loop, whose ids come from an argmax or a sample over
     the same V. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
-    _validate(
-        target_logits,
-        draft_token_ids,
-        draft_probs,
-        uniforms,
-        exponentials,
-        num_draft_tokens,
-        method,
-        check_values,
-    )
+    _validate(target_logits, draft_token_ids, num_draft_tokens, method, check_values)
+    _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials)
     batch_size, num_drafts = draft_token_ids.shape
-    vocab_size = target_logits.shape[-1]
-    device = target_logits.device
-    if method == "block" and (
-        draft_probs is None or (not isinstance(temperature, torch.Tensor) and temperature == 0)
-    ):
-        # One-hot drafts and greedy targets: block verification accepts exactly as the
-        # token-wise rule does (its p_i is then the product of per-token acceptances), so the
-        # token-wise rule serves, without block's extra reductions.
-        method = "standard"
+    vocab_size, device = target_logits.shape[-1], target_logits.device
+    method = _effective_method(method, draft_probs, temperature)
     params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
     if uniforms is None:
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)

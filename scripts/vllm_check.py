@@ -26,8 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from minispec.commands.cli import DEFAULT_PROMPT  # noqa: E402 (after the path is set)
+
 PROMPTS = [
-    "import os\n\n\ndef ",
+    DEFAULT_PROMPT,
     "def add(a, b):\n    return",
     "class Parser:\n    def __init__(self, text):\n",
 ]

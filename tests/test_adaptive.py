@@ -16,6 +16,7 @@ from minispec.adaptive import (
     initial_estimate,
     update_estimate,
 )
+from minispec.decode import WidthSchedule
 from minispec.stats import predicted_speedup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -93,16 +94,12 @@ def test_running_alpha_follows_observations_and_drifts_back_to_the_prior() -> No
     assert history == sorted(history) and history[50] < 0.55 and 0.59 < history[-1] < 0.7
 
 
-def test_round_times_skip_the_compile_round_and_prefer_measurements() -> None:
+def test_round_times_prefer_measurements() -> None:
     times = RoundTimes(c=0.1)
     assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
-    times.observe(4, 99.0)  # first call of a width: compiling, ignored
-    assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
-    times.observe(4, 0.014)
     times.observe(4, 0.014)
     # Unit fitted from K = 4 alone: 0.014 s / 1.4 = 0.01 s per K = 0 round.
     assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
-    times.observe(0, 1.0)
     times.observe(0, 0.007)  # K = 0 measured: the unit is now its own time
     assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 2.0, 1.8])
 
@@ -179,3 +176,12 @@ def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
     assert got > fixed[8] * 1.05 and got > fixed[0] * 1.05
     # Where no K > 0 pays (alpha 0.1) it stays within 2 % of K = 0: the probes are rare.
     assert simulate(adaptive, lambda r: 0.1, c=c) >= 0.98
+
+
+def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
+    times = RoundTimes(c=0.1)
+    schedule = WidthSchedule((2,), times, warm_up=False)
+    schedule.advance(None, [[0]], done=False)  # a round that compiled: no time
+    assert times.seconds == {}
+    schedule.advance(0.01, [[0]], done=False)
+    assert times.seconds == {2: 0.01}

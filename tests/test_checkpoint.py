@@ -104,10 +104,10 @@ def test_saving_keeps_out_the_cache_and_the_compile_wrapper(tmp_path: Path) -> N
 
 def test_extra_tensors_are_stored_but_not_loaded_as_weights(tmp_path: Path) -> None:
     model, path = make_model(), tmp_path / "state.safetensors"
-    extra = {"optim.exp_avg.embed.weight": torch.ones(3)}
-    save_checkpoint(path, model, {"step": 5}, extra=extra)
+    key = checkpoint.OPTIMIZER_PREFIX + "exp_avg.embed.weight"
+    save_checkpoint(path, model, {"step": 5}, extra={key: torch.ones(3)})
     tensors, meta = read_checkpoint(path)
-    assert torch.equal(tensors["optim.exp_avg.embed.weight"], torch.ones(3)) and meta["step"] == "5"
+    assert torch.equal(tensors[key], torch.ones(3)) and meta["step"] == "5"
     load_checkpoint(path)  # no "unexpected key" complaint about optimizer state
 
 

@@ -34,6 +34,7 @@ from _enumerate import (
 import minispec.adaptive
 import minispec.proposers.draft_model
 from minispec.adaptive import AdaptiveConfig
+from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.proposers import SuffixIndex
@@ -91,7 +92,7 @@ def test_greedy_float64_every_proposer_equals_target_only(float64_pair: tuple[GP
 
 
 SHIPPED_PROMPTS = [
-    "import os\n\n\ndef ",
+    DEFAULT_PROMPT,
     "def add(a, b):\n    return",
     "import os\n\n\nclass ",
     "The quick brown fox",

@@ -28,6 +28,7 @@ import minispec.round
 import minispec.state
 from minispec.adaptive import AdaptiveConfig
 from minispec.decode import GenerationOutput, SpeculativeDecoder
+from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import SuffixIndex
 from minispec.state import LoopState, advance, observe
@@ -180,7 +181,7 @@ def test_each_row_stops_right_after_its_first_eos() -> None:
         if ids[-1] == EOS_TOKEN_ID:
             ended_on_eos += len(ids) < budget
             # An accepted draft EOS: the round's later tokens were cut off.
-            eos_mid_round += origins[-1] == decode.ACCEPTED
+            eos_mid_round += origins[-1] == ACCEPTED
         else:
             assert len(ids) == budget  # no EOS: the row ran to its budget, not short of it
             ran_out += 1
@@ -264,8 +265,8 @@ def test_logits_after_rejections_and_full_acceptance_equal_a_fresh_recompute() -
     k = 3
     prompts, out, log = run_recorded(decoder, k)
     # Both kinds of round happened and were followed by another round of the same row.
-    assert any(decode.BONUS in o[:-1] for o in out.origins)
-    assert any(decode.CORRECTIVE in o[:-1] for o in out.origins)
+    assert any(BONUS in o[:-1] for o in out.origins)
+    assert any(CORRECTIVE in o[:-1] for o in out.origins)
     assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
     assert max(float(c[3].std()) for c in log) > 0.5  # logits are O(1): the bound is not vacuous
 
@@ -281,7 +282,7 @@ def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -
 
     decoder = SpeculativeDecoder(*pair(), compile=False)
     prompts, out, log = run_recorded(decoder, 3, last_only)
-    assert any(decode.BONUS in o[:-1] for o in out.origins)
+    assert any(BONUS in o[:-1] for o in out.origins)
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
@@ -522,3 +523,19 @@ def test_a_tiny_temperature_is_greedy_not_nan() -> None:
     }
     assert out[1e-39].token_ids == out[0.0].token_ids
     assert out[1e-39].stats.alpha == pytest.approx(out[0.0].stats.alpha)
+
+
+def test_auto_k_never_times_a_round_that_compiled() -> None:
+    """The round-time table that "auto" chooses K by holds round times only: one round that
+    compiled (seconds, against a millisecond round) would price its width out for good, as it
+    did when a sampled request followed greedy ones and compiled the sampled graphs. Here a
+    greedy then a sampled request compile one graph family each, in one decoder."""
+    decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
+    spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(2,)))  # every round K = 2
+    prompt, _ = request(0)
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(temperature=temperature, seed=1, max_new_tokens=12)
+        decoder.generate([prompt], [params], spec)
+    tables = list(decoder.round_times.values())
+    assert len(tables) == 2  # one per family: greedy and probabilistic drafting
+    assert all(0 < t.seconds[2] < 0.25 for t in tables), [t.seconds for t in tables]

@@ -32,7 +32,7 @@ from _enumerate import (
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from minispec.commands.cli import main
+from minispec.commands.cli import DEFAULT_PROMPT, main
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from model import checkpoint, hf, hf_tokenizer, tokenizer
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 SHIPPED = (CHECKPOINTS / "target.safetensors", CHECKPOINTS / "draft.safetensors")
-PROMPTS = ["import os\n\n\ndef ", "def add(a, b):\n    return", "The quick brown fox"]
+PROMPTS = [DEFAULT_PROMPT, "def add(a, b):\n    return", "The quick brown fox"]
 TEXTS = ["hello, world", "naïve café, 한국어, emoji 😀\n", "", "a <s> b </s> c"]
 
 

@@ -19,7 +19,7 @@ import torch
 from test_train import synthetic_corpus
 
 from minispec.commands import train
-from model.checkpoint import read_checkpoint
+from model.checkpoint import OPTIMIZER_PREFIX, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def finish(proc: subprocess.Popen) -> str:
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in read_checkpoint(path)[0].items() if not k.startswith("optim.")}
+    return {k: v for k, v in read_checkpoint(path)[0].items() if not k.startswith(OPTIMIZER_PREFIX)}
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from minispec.commands.args import (
     real,
     thread_count,
 )
+from minispec.commands.bench_sampler import machine
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SpeculativeConfig
@@ -201,7 +201,7 @@ def pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c) 
         spec = run_once(decoder, prompts, k, temperature, max_new, 1000 * r, draft_method)
         base = run_once(decoder, prompts, 0, temperature, max_new, 1000 * r, draft_method)
         runs.append((spec, base))
-    ratios = [s.tokens_per_second / b.tokens_per_second for s, b in runs]
+    ratios = [s.speedup_over(b) for s, b in runs]
     median = sorted(runs, key=lambda sb: sb[0].tokens_per_second)[len(runs) // 2][0]
     return {
         "K": k,
@@ -333,25 +333,6 @@ def chart(rows: list[dict], path: Path) -> str:
     return "\n".join(lines)
 
 
-def machine(device: str) -> dict:
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        )
-    gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "device": gpu or "cpu",
-    }
-
-
 PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer")
 
 
@@ -426,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     decoder = load_decoder(device=args.device)
     prompts = held_out_prompts(args.prompts)
     report: dict = {
-        "machine": machine(args.device),
+        "machine": machine(torch.device(args.device), torch.get_num_threads()),
         "quick": args.quick,
         "draft_sample_method": args.draft_sample_method,
         "max_new_tokens": args.max_new_tokens,
@@ -606,8 +587,9 @@ def render_markdown(report: dict, text_chart: str) -> str:
     m = report["machine"]
     lines = [
         "# minispec benchmark\n",
-        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['device']}, "
-        f"{m['threads']} thread(s). {report['draft_sample_method']} drafter, B = 1, "
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
+        f"{m.get('gpu', m['device'])}, {m['threads']} thread(s). "
+        f"{report['draft_sample_method']} drafter, B = 1, "
         f"{report['max_new_tokens']} new tokens for each of {len(report['prompts'])} "
         f"held-out prompts; each row is {report['pairs']} interleaved pairs against "
         "K = 0 (median speedup, min-max).\n",

@@ -21,12 +21,10 @@ from itertools import zip_longest
 from minispec.adaptive import AdaptiveConfig
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
-from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats
 from model import tokenizer
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
-
-PROPOSERS = ("draft_model", "ngram", "suffix", "hybrid")
 
 
 def edit_prompts(count: int, max_length: int) -> list[str]:
@@ -111,7 +109,7 @@ def paired_row(
         )
         for r in range(pairs)
     ]
-    ratios = [s.tokens_per_second / b.tokens_per_second for s, b in runs]
+    ratios = [s.speedup_over(b) for s, b in runs]
     stats = [s for s, _ in runs]
     return {
         "proposer": spec.proposer,
@@ -183,10 +181,10 @@ def batch_table(
                 ]
                 for r in range(pairs)
             ]
-            base = [rotation[0].tokens_per_second for rotation in runs]
-            row = {"B": b, "temperature": temperature, "tokens_per_s_K0": statistics.median(base)}
+            base = statistics.median(rotation[0].tokens_per_second for rotation in runs)
+            row = {"B": b, "temperature": temperature, "tokens_per_s_K0": base}
             for i, k in enumerate(settings[1:], start=1):
-                ratios = [rotation[i].tokens_per_second / t0 for rotation, t0 in zip(runs, base)]
+                ratios = [rotation[i].speedup_over(rotation[0]) for rotation in runs]
                 row[f"K={k}"] = {
                     "speedup": spread(ratios),
                     "alpha": statistics.median(r[i].alpha or 0.0 for r in runs),

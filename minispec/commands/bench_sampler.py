@@ -126,7 +126,8 @@ def measure(
     return row
 
 
-def machine(device: torch.device) -> dict:
+def machine(device: torch.device, threads: int | None = None) -> dict:
+    """What a result was measured on: CPU model, cores, torch, Python, threads, the GPU."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -136,6 +137,7 @@ def machine(device: torch.device) -> dict:
     except OSError:
         pass
     info = dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__, device=str(device))
+    info.update(python=platform.python_version(), threads=threads or torch.get_num_threads())
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     if hasattr(os, "getloadavg"):

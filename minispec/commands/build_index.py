@@ -1,7 +1,7 @@
 """python -m minispec.commands.build_index: the suffix index over the training corpus.
 
 The index (about 60 MB on disk: the corpus bytes and a 4-byte suffix array entry per byte) is
-too large to ship beside the checkpoints, so it is built on first use (about 20 s on one core)
+too large to ship beside the checkpoints, so it is built on first use (about 10 s on one core)
 into a cache directory, one file per Python version, since the corpus is that interpreter's
 standard library.
 """

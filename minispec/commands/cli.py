@@ -37,13 +37,14 @@ from minispec.commands.args import (
     real,
     thread_count,
 )
+from minispec.origins import ACCEPTED, BONUS, CORRECTIVE, TARGET
 from model import tokenizer as byte_tokenizer
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
 
 START = time.perf_counter()  # for time-to-first-token, measured from interpreter start-up
 
 DEFAULT_PROMPT = "import os\n\n\ndef "
-COLOURS = {"accepted": "\033[32m", "corrective": "\033[33m", "bonus": "\033[36m", "target": ""}
+COLOURS = {ACCEPTED: "\033[32m", CORRECTIVE: "\033[33m", BONUS: "\033[36m", TARGET: ""}
 RESET = "\033[0m"
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE: what a shell shows
 
@@ -147,7 +148,7 @@ class Streamer:
         """Write what was held back: a cut-off character ends the text as U+FFFD, as it does in
         the decoded text (--json) - dropping it would make the two disagree."""
         if self.header is not None and self.first_token_at is not None:
-            self.write(self.tokenizer.decode(self.ids), "target")
+            self.write(self.tokenizer.decode(self.ids), TARGET)
 
 
 def use_colour(json_output: bool) -> bool:
@@ -202,12 +203,13 @@ def run_decode(argv: list[str]) -> int:
             generate(prompts, **{**kwargs, "num_speculative_tokens": 0}, warm_up=True)
     legend = (
         "legend: "
-        + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in ("accepted", "corrective", "bonus"))
+        + " ".join(f"{COLOURS[o]}{o}{RESET}" for o in (ACCEPTED, CORRECTIVE, BONUS))
         + "\n"
     )
-    streamer = Streamer(
-        colour, None if args.json else (legend if colour else "") + prompts[0], tokenizer
-    )
+    header = None  # with --json, nothing is streamed
+    if not args.json:
+        header = (legend if colour else "") + prompts[0]
+    streamer = Streamer(colour, header, tokenizer)
     result = generate(prompts, **kwargs, on_tokens=streamer)
     streamer.finish()
     baseline = (
@@ -225,8 +227,7 @@ def run_decode(argv: list[str]) -> int:
         }
         if baseline:
             report["baseline_stats"] = baseline.stats.to_dict()
-            base_speed = baseline.stats.tokens_per_second
-            report["speedup"] = stats.tokens_per_second / base_speed if base_speed else None
+            report["speedup"] = stats.speedup_over(baseline.stats)
         print(json.dumps(json_safe(report), allow_nan=False))
         return 0
     print()

@@ -38,6 +38,7 @@ from minispec.commands.args import OneLineParser, integer, real
 from minispec.commands.corpus import Corpus, load_corpus
 from minispec.commands.curve import write_curve
 from model.checkpoint import (
+    OPTIMIZER_PREFIX,
     load_checkpoint,
     read_checkpoint,
     remove_stale_temporaries,
@@ -169,8 +170,8 @@ def optimizer_tensors(model: GPT, opt: torch.optim.AdamW) -> dict[str, torch.Ten
     for name, p in model.named_parameters():
         state = opt.state.get(p)
         if state:
-            out[f"optim.exp_avg.{name}"] = state["exp_avg"]
-            out[f"optim.exp_avg_sq.{name}"] = state["exp_avg_sq"]
+            out[f"{OPTIMIZER_PREFIX}exp_avg.{name}"] = state["exp_avg"]
+            out[f"{OPTIMIZER_PREFIX}exp_avg_sq.{name}"] = state["exp_avg_sq"]
     return out
 
 
@@ -178,11 +179,11 @@ def restore_optimizer(
     model: GPT, opt: torch.optim.AdamW, tensors: dict[str, torch.Tensor], step: int
 ) -> None:
     for name, p in model.named_parameters():
-        if f"optim.exp_avg.{name}" in tensors:
+        if f"{OPTIMIZER_PREFIX}exp_avg.{name}" in tensors:
             opt.state[p] = {
                 "step": torch.tensor(float(step)),
-                "exp_avg": tensors[f"optim.exp_avg.{name}"].clone(),
-                "exp_avg_sq": tensors[f"optim.exp_avg_sq.{name}"].clone(),
+                "exp_avg": tensors[f"{OPTIMIZER_PREFIX}exp_avg.{name}"].clone(),
+                "exp_avg_sq": tensors[f"{OPTIMIZER_PREFIX}exp_avg_sq.{name}"].clone(),
             }
 
 

@@ -20,6 +20,7 @@ would match a document boundary: a worse proposal, never a wrong output.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import torch
 
 from minispec.proposers.proposal import Proposal
 from minispec.state import LoopState
+from model.checkpoint import atomic_write
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 from sampling import PLACEHOLDER_TOKEN_ID
 from sampling.constraints import RowConstraints
@@ -89,7 +91,11 @@ class SuffixIndex:
         return cls(corpus, order, (first[order], second[order]), min_match)
 
     def save(self, path: str | Path) -> None:
-        np.savez(path, corpus=self.corpus, order=self.order)
+        """Atomically, like a checkpoint: an interrupted build leaves no half-written index for
+        the next run to trip over."""
+        buffer = io.BytesIO()
+        np.savez(buffer, corpus=self.corpus, order=self.order)
+        atomic_write(Path(path), buffer.getvalue())
 
     @classmethod
     def load(cls, path: str | Path, min_match: int = 4) -> "SuffixIndex":

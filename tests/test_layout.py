@@ -1,0 +1,256 @@
+"""The house a reader walks through (issue 14): short functions, one-way layers, no pointers to
+files outside the repository, and a README map whose every name exists.
+
+- Every function of the library (minispec/*.py, minispec/proposers/, model/, sampling/) has at
+  most MAX_CODE_LINES code lines: lines holding code, not blank, comment or docstring lines.
+- Layers: no library module imports minispec.commands (the command line sits on top of the
+  library, never under it), and sampling/ imports neither model nor minispec (logits in, tokens
+  out: it knows nothing of models or of the loop).
+- No file of the repository points at a guide or a shared folder that only exists beside it.
+- "From the paper to the code" in README.md names only files, modules and functions that exist.
+
+Static reads of the source (ast and tokenize): nothing is imported but the modules the README
+names.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import io
+import re
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_CODE_LINES = 40
+NOT_CODE = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+    tokenize.ENCODING,
+}
+# Written in pieces, so that this file does not mention what it looks for.
+FORBIDDEN_MENTIONS = ("GUIDE" + ".md", ".." + "/shared")
+
+
+def library_files(*, commands_entry: bool = True) -> list[Path]:
+    """The library's modules: the loop (minispec/*.py and minispec/proposers/), model/ and
+    sampling/. minispec/commands/ is the command line, not the library. `commands_entry`
+    False leaves out minispec/__main__.py, `python -m minispec`'s entry, which is the command
+    line's front door and so imports it."""
+    files = [
+        *(ROOT / "minispec").glob("*.py"),
+        *(ROOT / "minispec" / "proposers").glob("*.py"),
+        *(ROOT / "model").rglob("*.py"),
+        *(ROOT / "sampling").rglob("*.py"),
+    ]
+    if not commands_entry:
+        files = [f for f in files if f != ROOT / "minispec" / "__main__.py"]
+    return sorted(files)
+
+
+def code_lines(source: str, tree: ast.Module) -> set[int]:
+    """The numbers of the lines that hold code: a token other than a comment, and not part of a
+    docstring (a module's, a class's or a function's)."""
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in NOT_CODE:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                lines -= set(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
+def long_functions(root: Path, files: list[Path], limit: int) -> list[str]:
+    """'path:line name: N code lines' for each function over `limit` (a nested function's
+    lines count for it and for the function around it)."""
+    found = []
+    for path in files:
+        source = path.read_text()
+        tree = ast.parse(source)
+        code = code_lines(source, tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                count = len(code & set(range(node.lineno, node.end_lineno + 1)))
+                if count > limit:
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    found.append(f"{where} {node.name}: {count} code lines")
+    return found
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, at the top or inside a function: `import a.b` and
+    `from a.b import c` give a.b, and a.b.c too (c may be a module)."""
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return modules
+
+
+def is_within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_every_library_function_is_at_most_40_code_lines() -> None:
+    offenders = long_functions(ROOT, library_files(), MAX_CODE_LINES)
+    assert not offenders, f"functions over {MAX_CODE_LINES} code lines:\n" + "\n".join(offenders)
+
+
+def test_the_counter_counts_code_lines_only() -> None:
+    """The rule's own check: blank, comment and docstring lines are free; code lines count,
+    a statement over several lines counting each."""
+    source = '''
+def f(x):
+    """A docstring
+    over two lines."""
+    # a comment
+
+    y = (x +
+         1)  # trailing
+    return y
+'''
+    tree = ast.parse(source)
+    assert sorted(code_lines(source, tree)) == [2, 7, 8, 9]
+
+
+def test_the_library_does_not_import_the_command_line() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in library_files(commands_entry=False)
+        for module in sorted(imported_modules(path))
+        if is_within(module, "minispec.commands")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_sampling_imports_neither_model_nor_the_loop() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in sorted((ROOT / "sampling").rglob("*.py"))
+        for module in sorted(imported_modules(path))
+        if is_within(module, "model") or is_within(module, "minispec")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def repository_texts() -> list[Path]:
+    """The repository's Python, Markdown and TOML files and Makefiles, outside hidden folders
+    (the virtual environment, caches) and __pycache__."""
+    return sorted(
+        path
+        for path in ROOT.rglob("*")
+        if path.is_file()
+        and (path.suffix in (".py", ".md", ".toml") or path.name == "Makefile")
+        and not any(
+            part.startswith(".") or part == "__pycache__"
+            for part in path.relative_to(ROOT).parts[:-1]
+        )
+    )
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number} mentions {mention}"
+        for path in repository_texts()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        for mention in FORBIDDEN_MENTIONS
+        if mention in line
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def paper_to_code_units() -> list[str]:
+    """README's "From the paper to the code", up to the end of "The decode loop", cut into
+    units: a table row each, and a paragraph each for the prose."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("## From the paper to the code")
+    loop = lines.index("### The decode loop")
+    end = next(i for i in range(loop + 1, len(lines)) if lines[i].startswith("#"))
+    units, paragraph = [], []
+    for line in lines[start:end] + [""]:
+        if line.startswith("|"):
+            units.append(line)
+        elif line.strip() and not line.startswith("#"):
+            paragraph.append(line)
+        elif paragraph:
+            units.append(" ".join(paragraph))
+            paragraph = []
+    return units
+
+
+def definitions(path: Path) -> set[str]:
+    """What a module defines: its functions and classes at any depth, `Class.method` for the
+    methods, and its module-level names."""
+    names = set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            names.update(
+                f"{node.name}.{item.name}"
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def resolves(dotted: str) -> bool:
+    """Whether `package.module.attr...` imports: the longest module prefix, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_the_readme_map_names_only_what_exists() -> None:
+    """Each backquoted name in "From the paper to the code" exists: a path (`a/b.py`) as a
+    file, a dotted module path (`sampling.sample`, `torch.Tensor.scatter_`) as an import, and
+    a bare name (`verify`, `SpeculativeDecoder.generate`) as a definition in a file named in
+    the same table row or paragraph (or, if it names none, in the last one before it)."""
+    missing, files = [], []
+    for unit in paper_to_code_units():
+        quoted = re.findall(r"`([^`]+)`", unit)
+        paths = [q for q in quoted if q.endswith(".py")]
+        missing += [p for p in paths if not (ROOT / p).is_file()]
+        files = [ROOT / p for p in paths if (ROOT / p).is_file()] or files
+        defined = set().union(*(definitions(f) for f in files))
+        for name in quoted:
+            if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
+                continue  # code, not a name: `p(x) ≥ u·q(x)`, `compiled=False, ...`
+            if name.split(".")[0] in ("minispec", "model", "sampling", "torch"):
+                ok = resolves(name)
+            else:
+                ok = name in defined
+            if not ok:
+                where = ", ".join(str(f.relative_to(ROOT)) for f in files)
+                missing.append(f"{name} (looked in {where or 'no file'})")
+    assert not missing, "README names what does not exist:\n" + "\n".join(missing)
