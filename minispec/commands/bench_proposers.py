@@ -192,7 +192,7 @@ def batch_table(
                         sorted(sum((r[i].k_histogram for r in runs), Counter()).items())
                     ),
                 }
-            best = max((k for k in ks), key=lambda k: row[f"K={k}"]["speedup"]["median"])
+            best = max(ks, key=lambda k: row[f"K={k}"]["speedup"]["median"])
             row["best_fixed_K"] = best
             row["auto_over_best_fixed"] = (
                 row["K=auto"]["speedup"]["median"] / row[f"K={best}"]["speedup"]["median"]

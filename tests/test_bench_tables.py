@@ -1,0 +1,42 @@
+"""The bench's batch table on a tiny eager pair: every setting is paired with the K = 0 run of
+its own rotation, and auto is compared with the best fixed K."""
+
+from __future__ import annotations
+
+import pytest
+from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401 (one_thread: a fixture)
+
+from minispec.commands.bench_proposers import batch_table, summed
+from minispec.decode import SpeculativeDecoder
+from minispec.stats import DecodeStats
+from model.tokenizer import VOCAB_SIZE
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_batch_table_pairs_each_setting_with_its_rotations_baseline() -> None:
+    target = random_gpt(VOCAB_SIZE, 0, scale=1.5, max_seq_len=32)
+    decoder = SpeculativeDecoder(target, perturbed_copy(target, 1, 0.15), compile=False)
+    rows = batch_table(decoder, ["def f(x):\n", "import os\n"], [0.0, 1.0], [2], [2, 4], 6, 2)
+    assert [(r["B"], r["temperature"]) for r in rows] == [(2, 0.0), (2, 1.0)]
+    for row in rows:
+        assert set(row) >= {"K=2", "K=4", "K=auto", "best_fixed_K", "auto_over_best_fixed"}
+        best = row[f"K={row['best_fixed_K']}"]["speedup"]["median"]
+        assert best == max(row[f"K={k}"]["speedup"]["median"] for k in (2, 4))
+        assert row["auto_over_best_fixed"] == pytest.approx(
+            row["K=auto"]["speedup"]["median"] / best
+        )
+        for k in ("K=2", "K=4", "K=auto"):
+            s = row[k]["speedup"]
+            assert 0 < s["min"] <= s["median"] <= s["max"]
+
+
+def test_summed_adds_counts_and_merges_positions_and_histograms() -> None:
+    a = DecodeStats(2, rounds=3, emitted=5, time_round=0.5, position_accepted=[2, 1])
+    b = DecodeStats(4, rounds=1, emitted=4, time_round=0.25, position_accepted=[1, 1, 1, 0])
+    a.k_histogram[2] += 3
+    b.k_histogram[4] += 1
+    total = summed([a, b], "auto")
+    assert (total.rounds, total.emitted, total.time_round) == (4, 9, 0.75)
+    assert total.position_accepted == [3, 2, 1, 0]
+    assert total.k_histogram == {2: 3, 4: 1} and total.num_speculative_tokens == "auto"
