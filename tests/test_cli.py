@@ -11,12 +11,11 @@ nothing here needs the shipped pair.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import start_minispec
 from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     random_gpt,
@@ -123,19 +122,6 @@ def test_bad_input_in_process(
     assert_one_error_line(code, capsys.readouterr().err)
 
 
-def start(argv: list[str]) -> subprocess.Popen:
-    # A warning would be a second stderr line: show every one. One thread each: they run at once.
-    env = {**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "minispec", *argv],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
 @pytest.fixture(scope="module")
 def subprocess_results(files: dict[str, str]) -> dict[str, tuple[int, str, str]]:
     """All subprocess cases, plus the happy path, started at once: each spends most of its time
@@ -160,7 +146,7 @@ def subprocess_results(files: dict[str, str]) -> dict[str, tuple[int, str, str]]
         "50",
         "--json",
     )
-    procs = {case: start(argv) for case, argv in argvs.items()}
+    procs = {case: start_minispec(argv, stdout=subprocess.PIPE) for case, argv in argvs.items()}
     results = {}
     for case, proc in procs.items():
         out, err = proc.communicate(timeout=300)

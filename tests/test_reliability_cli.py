@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli import start_minispec
 from _enumerate import random_gpt
 
 from minispec.commands import train
@@ -246,20 +247,6 @@ def test_streamed_text_ends_like_the_decoded_text(capsys: pytest.CaptureFixture)
 # ---- real processes: signals, pipes, closed streams --------------------------------------------
 
 
-def start(argv: list[str], **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONWARNINGS": "default", "OMP_NUM_THREADS": "1"}
-    # A session of its own: Ctrl-C in a terminal signals the whole process group, workers too.
-    return subprocess.Popen(
-        [sys.executable, "-m", "minispec", *argv],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        **kwargs,
-    )
-
-
 def torch_is_loading(proc: subprocess.Popen) -> None:
     """Wait until torch's shared library is mapped into the process: its import is under way."""
     deadline = time.monotonic() + 120
@@ -304,12 +291,12 @@ def processes(pair: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict
         ],
     }
     procs = {
-        name: start(argvs[command], stdout=subprocess.PIPE)
+        name: start_minispec(argvs[command], stdout=subprocess.PIPE)
         for name, (command, _) in INTERRUPTS.items()
     }
     with open("/dev/full", "w") as full:
-        reader = start(argvs["decode"], stdout=subprocess.PIPE)
-        disk_full = start(argvs["decode"], stdout=full)
+        reader = start_minispec(argvs["decode"], stdout=subprocess.PIPE)
+        disk_full = start_minispec(argvs["decode"], stdout=full)
         closed = subprocess.Popen(
             [
                 "sh",
