@@ -105,7 +105,6 @@ class DecodeRun:
     compiled_round: Announced  # the same round unbound: it says whether its last call compiled
     host_lookup: SuffixProposer | None  # a proposer that looks up on the host, between rounds
     uses_draft: bool  # whether the draft model's cache must follow the tokens
-    compiled_calls: int  # per round: 1 for a compiled round (one guard check), 0 eager
     state: LoopState
     constraints: RowConstraints
     schedule: WidthSchedule
@@ -314,7 +313,6 @@ class SpeculativeDecoder:
             compiled_round=compiled_round,
             host_lookup=host_lookup,
             uses_draft=uses_draft,
-            compiled_calls=int(compiled_round.compiled),
             state=state,
             constraints=constraints,
             schedule=self.schedule(spec, params, warm_up),
@@ -379,7 +377,9 @@ class SpeculativeDecoder:
         )
         rows = snapshot.tolist()  # the round's one host read
         seconds = time.perf_counter() - start
-        run.stats.count_round(seconds, host_reads=1, compiled_calls=run.compiled_calls, k=k)
+        # A compiled round is one guard check; an eager one, none.
+        guard_checks = int(run.compiled_round.compiled)
+        run.stats.count_round(seconds, host_reads=1, compiled_calls=guard_checks, k=k)
         run.rounds_without_draft = 0 if k else run.rounds_without_draft + 1
         start = time.perf_counter()
         done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
