@@ -142,13 +142,7 @@ def choose_width(
     near break-even its noise would otherwise buy rounds of speculation that lose time.
     Tensor ops only, so it can run inside the compiled round and its result ride in the round's
     one host read."""
-    # Every row at the batch's mean alpha: a row's own estimate rests on a few rounds, and with
-    # it the slowest-looking rows were mostly the unlucky ones (at B = 64, T = 0 the rows' own
-    # estimates chose K = 2 and 0 where K = 4 was fastest: 0.89x of it). The rows' finishing
-    # times still spread, through each round's randomness (expected_rounds).
-    count = active.sum().clamp(min=1)
-    pooled = ((alpha.double() * active).sum() / count).expand(alpha.shape)
-    time = expected_rounds(pooled, active, widths, remaining) * round_time.double()
+    time = expected_rounds(alpha, active, widths, remaining) * round_time.double()
     good_enough = time <= time.min() * (1 + margin)
     return good_enough.int().argmax()  # the first True: widths ascend
 
