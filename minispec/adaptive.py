@@ -2,11 +2,9 @@
 
 Leviathan et al.'s Theorem 3.8 says one round of K drafts yields (1 - a^(K+1)) / (1 - a) tokens
 in expectation (eq. 1) at a cost of Kc + 1 target steps. A batch shares one K (one compiled
-graph per width) and ends with its slowest row, so the choice is the width that finishes soonest:
-the rounds the batch's last row needs at that width (eq. 1 and the spread around it), times the
-round's measured time at this batch size. K = 0 wins where drafting cannot pay (a low, or c
-high, or a verify of K + 1 tokens that costs much more than one: large batches), and K grows
-with a. At B = 1 this is Theorem 3.8's choice: the most tokens per unit time.
+graph per width), so the round's value is the sum of its rows' expected tokens, divided by the
+round's measured time at this batch size: K = 0 wins where drafting cannot pay (a low, or c high,
+or a verify of K + 1 tokens that costs much more than one: large batches), and K grows with a.
 
 Exactness: K may depend on anything already emitted, never on this round's randomness. Here it
 depends on the running estimate of alpha (past rounds' acceptance) and on past timings only.
@@ -88,42 +86,12 @@ def current_alpha(estimate: AlphaEstimate, prior_alpha: float, prior_weight: flo
     return (estimate.weighted_sum + prior_alpha * prior_weight) / (estimate.weight + prior_weight)
 
 
-def tokens_per_round(alpha: torch.Tensor, widths: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """Mean and variance of the tokens one round of each width emits, [B, W] each: n accepted
-    drafts then one more, where n is geometric cut at K (P(n) = a^n (1 - a) below K, a^K at K).
-    The mean is eq. (1), sum_{i=0..K} a^i. widths are Python ints: static under compile."""
-    n = torch.arange(max(widths) + 1, device=alpha.device)
-    k = torch.tensor(widths, device=alpha.device)[:, None]  # [W, 1]
-    a = alpha[:, None, None]
-    prob = torch.where(n < k, a**n * (1 - a), torch.where(n == k, a**n, 0.0))  # [B, W, Kmax+1]
-    mean = (prob * (n + 1)).sum(-1)
-    return mean, (prob * (n + 1) ** 2).sum(-1) - mean**2
-
-
 def expected_tokens(alpha: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
-    """Eq. (1) for every row and width, [B, W]."""
-    return tokens_per_round(alpha, widths)[0]
-
-
-def expected_rounds(
-    alpha: torch.Tensor, active: torch.Tensor, widths: tuple[int, ...], remaining: torch.Tensor
-) -> torch.Tensor:
-    """[W]: the rounds until the last active row has its `remaining` tokens, at each width.
-
-    A batch ends with its slowest row. A row needs about m = remaining / mean rounds, give or take
-    s = sd * sqrt(m) / mean (the renewal central limit theorem); the last of n such rows, about
-    m + z_n s, with z_n the expected maximum of n standard normals (Blom's approximation). At
-    B = 1 this is remaining over eq. (1). A wide K emits more per round but also varies more, so
-    its last row lags further behind the mean: on the shipped pair at B = 64, T = 0 (alpha 0.88)
-    it predicts 52, 38 and 28 rounds for K = 2, 4, 8 where 52, 36 and 27 were measured, and
-    eq. (1) alone 48, 32 and 22."""
-    mean, var = tokens_per_round(alpha.double(), widths)
-    rounds = remaining.double().clamp(min=1)[:, None] / mean  # [B, W]
-    spread = var.clamp(min=0).sqrt() * rounds.sqrt() / mean
-    n = active.sum().clamp(min=1).double()
-    z = torch.special.ndtri((n - 0.375) / (n + 0.25))
-    weight = active.double()[:, None] / n
-    return (rounds * weight).sum(0) + z * (spread**2 * weight).sum(0).sqrt()
+    """Eq. (1) for every row and width, [B, W]: sum_{i=0..K} a^i, which is (1 - a^(K+1)) / (1 - a)
+    without the 0/0 at a = 1 (there it is K + 1). widths are Python ints: static under compile."""
+    i = torch.arange(max(widths) + 1, device=alpha.device)
+    upto = i <= torch.tensor(widths, device=alpha.device)[:, None]  # [W, Kmax+1]
+    return (alpha[:, None, None] ** i * upto).sum(-1)
 
 
 def choose_width(
@@ -131,19 +99,18 @@ def choose_width(
     active: torch.Tensor,
     widths: tuple[int, ...],
     round_time: torch.Tensor,
-    remaining: torch.Tensor,
     margin: float = 0.0,
 ) -> torch.Tensor:
-    """Index into widths (0-d long) that finishes the batch soonest: expected_rounds times
-    round_time[w] (any unit, e.g. K = 0 rounds). remaining [B]: each row's tokens still to come.
-    At B = 1 this is Theorem 3.8: the most eq. (1) tokens per unit time.
+    """Index into widths (0-d long) maximising the batch's expected tokens per unit time:
+    sum over active rows of eq. (1), over round_time[w] (any unit, e.g. K = 0 rounds).
 
     The smallest width within a factor (1 + margin) of the best wins: alpha is an estimate, and
     near break-even its noise would otherwise buy rounds of speculation that lose time.
     Tensor ops only, so it can run inside the compiled round and its result ride in the round's
     one host read."""
-    time = expected_rounds(alpha, active, widths, remaining) * round_time.double()
-    good_enough = time <= time.min() * (1 + margin)
+    tokens = (expected_tokens(alpha.double(), widths) * active[:, None]).sum(0)  # [W]
+    rate = tokens / round_time.double()
+    good_enough = rate * (1 + margin) >= rate.max()
     return good_enough.int().argmax()  # the first True: widths ascend
 
 
@@ -206,10 +173,7 @@ def next_width(
         config.idle_decay,
     )
     alpha = current_alpha(estimate, config.prior_alpha, config.prior_weight)
-    remaining = state.max_new - state.generated
-    choice = choose_width(
-        alpha, ~state.done, config.widths, relative_times, remaining, config.margin
-    )
+    choice = choose_width(alpha, ~state.done, config.widths, relative_times, config.margin)
     return state._replace(
         estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight
     ), choice

@@ -356,7 +356,7 @@ class SpeculativeDecoder:
         )
         schedule = WidthSchedule(spec.widths, times, warm_up)
         if not warm_up:
-            schedule.k = self.first_width(spec.adaptive, schedule.relative_times, params)
+            schedule.k = self.first_width(spec.adaptive, schedule.relative_times, batch_size)
         return schedule
 
     def decode_round(self, run: DecodeRun) -> None:
@@ -392,19 +392,15 @@ class SpeculativeDecoder:
         run.done = run.schedule.advance(seconds if timed else None, rows, done)
 
     @staticmethod
-    def first_width(
-        adaptive: AdaptiveConfig, relative_times: torch.Tensor, params: list[SamplingParams]
-    ) -> int:
+    def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
         """The first round's K, every row at the prior alpha (later rounds choose inside the
         round). Host tensors: no device read."""
-        batch_size = len(params)
         prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
         index = choose_width(
             prior,
             torch.ones(batch_size, dtype=torch.bool),
             adaptive.widths,
             relative_times,
-            torch.tensor([p.max_new_tokens for p in params], dtype=torch.float64),
             adaptive.margin,
         )
         return adaptive.widths[int(index)]

@@ -302,7 +302,6 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         active: torch.Tensor,
         widths: tuple[int, ...],
         round_time: torch.Tensor,
-        remaining: torch.Tensor,
         margin: float = 0.0,
     ) -> torch.Tensor:
         chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
