@@ -134,28 +134,20 @@ class RoundTimes:
         )
 
     def relative(self, widths: tuple[int, ...]) -> torch.Tensor:
-        """[W] times in units of a K = 0 round: measured where known, fitted elsewhere.
-
-        With two or more widths measured, an unmeasured one comes from the straight line
-        a + b K through them (least squares): a round is K draft steps and a (K + 1)-token
-        verify, both close to linear in K, and the line carries what the model 1 + K c misses
-        at a large batch, where the verify's cost grows with K too (at B = 16, T = 1 a K = 8
-        round took 2.8 K = 0 rounds, where 1 + 8c says 1.6). With one, the model, scaled to it."""
+        """[W] times in units of a K = 0 round: measured where known, the model elsewhere."""
         model = {k: 1 + k * self.c for k in widths}
         measured = {k: s for k, s in self.seconds.items() if k in model}
-        if len(measured) >= 2:
-            ks = torch.tensor(list(measured), dtype=torch.float64)
-            line = torch.stack([torch.ones_like(ks), ks], 1)
-            seconds = torch.tensor(list(measured.values()), dtype=torch.float64)[:, None]
-            a, b = torch.linalg.lstsq(line, seconds).solution.flatten().tolist()
-            fitted = {k: measured.get(k, max(a + b * k, 1e-9)) for k in widths}
-        elif measured:
-            ((k0, s0),) = measured.items()
-            fitted = {k: s0 * model[k] / model[k0] for k in widths}
-        else:
-            fitted = model
-        unit = fitted[0] if 0 in fitted else fitted[widths[0]] / model[widths[0]]
-        return torch.tensor([fitted[k] / unit for k in widths], dtype=torch.float64)
+        if not measured:
+            return torch.tensor([model[k] for k in widths], dtype=torch.float64)
+        # The K = 0 round's time in seconds: measured, or fitted from the widths that were.
+        unit = (
+            measured[0]
+            if 0 in measured
+            else sum(s / model[k] for k, s in measured.items()) / len(measured)
+        )
+        return torch.tensor(
+            [measured[k] / unit if k in measured else model[k] for k in widths], dtype=torch.float64
+        )
 
 
 def next_width(

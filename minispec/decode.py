@@ -72,9 +72,7 @@ class WidthSchedule:
     """Which K each round of one generate() call uses. A fixed K: that K. "auto": the first
     round's from the prior (SpeculativeDecoder.first_width), then the width each round chose
     for the next (the last column of its snapshot), with round times measured per width.
-    warm_up: each allowed width in order, then stop; with "auto", a width whose round compiled
-    runs again, so that every width's time is measured before the first real round: a width
-    never timed is priced by a model, which can keep it from ever being chosen."""
+    warm_up: each allowed width once, in order, then stop."""
 
     def __init__(self, widths: tuple[int, ...], times: RoundTimes | None, warm_up: bool) -> None:
         self.widths, self.times, self.warm_up = widths, times, warm_up
@@ -86,18 +84,16 @@ class WidthSchedule:
         """After a round at width self.k that took `seconds` (None: it compiled, so its time says
         nothing about the round's): set the next round's K, and say whether the call is done
         (`done`: every row is)."""
-        if self.times is not None and seconds is not None:
-            self.times.observe(self.k, seconds)
-            self.relative_times = self.times.relative(self.widths)
-        if self.warm_up:  # whatever the rows say
-            if self.times is not None and seconds is None:
-                return False  # the same width again, for its time
+        if self.times is not None:
+            if seconds is not None:
+                self.times.observe(self.k, seconds)
+                self.relative_times = self.times.relative(self.widths)
+            self.k = self.widths[rows[0][-1]]
+        if self.warm_up:  # one round per width, whatever the rows say
             if not self.pending:
                 return True
             self.k = self.pending.pop(0)
             return False
-        if self.times is not None:
-            self.k = self.widths[rows[0][-1]]
         return done
 
 
