@@ -52,7 +52,7 @@ from minispec.commands.args import (
 from minispec.commands.bench_sampler import machine
 from minispec.commands.corpus import load_corpus
 from minispec.decode import SpeculativeDecoder
-from minispec.params import SpeculativeConfig
+from minispec.params import PROPOSERS, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
 from model import tokenizer
 from model.gpt import GPT
@@ -356,6 +356,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="2,4,8",
         help="the fixed K values of the batch table (part 3), beside K = 0 and K = auto",
     )
+    parser.add_argument(
+        "--proposers",
+        type=choice_list(PROPOSERS),
+        default=",".join(PROPOSERS),
+        help="the proposer table's rows (part 3b): " + ",".join(PROPOSERS),
+    )
     parser.add_argument("--max-new-tokens", type=integer(1), default=128)
     parser.add_argument("--repeats", type=integer(1), default=5, help="A B pairs per row")
     parser.add_argument(
@@ -475,7 +481,12 @@ def run_proposers(
     decoder.suffix_index = decoder.suffix_index or cached_index()
     print("3b. proposers, B = 1, K = auto\n" + bench_proposers.HEADER, flush=True)
     report["proposers"] = bench_proposers.proposer_table(
-        decoder, prompts, temperatures, args.max_new_tokens, args.repeats
+        decoder,
+        prompts,
+        temperatures,
+        args.max_new_tokens,
+        args.repeats,
+        tuple(p.strip() for p in args.proposers.split(",") if p.strip()),
     )
 
 

@@ -129,8 +129,9 @@ def proposer_table(
     temperatures: list[float],
     max_new: int,
     pairs: int,
+    proposers: tuple[str, ...] = PROPOSERS,
 ) -> list[dict]:
-    """Part 1: every proposer x temperature x prompt set, B = 1, K = auto."""
+    """Part 1: each proposer x temperature x prompt set, B = 1, K = auto."""
     # Room for the new tokens and the widest round's drafts in the 512-token context.
     room = decoder.target.config.max_seq_len - max_new - max(AdaptiveConfig().widths)
     sets = {"plain": plain, "edit": edit_prompts(len(plain), room)}
@@ -138,7 +139,7 @@ def proposer_table(
     for name, texts in sets.items():
         prompts = [tokenizer.encode(t) for t in texts]
         for temperature in temperatures:
-            for proposer in PROPOSERS:
+            for proposer in proposers:
                 row = paired_row(
                     decoder,
                     prompts,
