@@ -18,9 +18,11 @@ import os
 import pickle
 import sys
 import time
+import warnings
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -243,9 +245,21 @@ class AheadOfTime:
                 package_path=f"{temp}.pt2",
                 inductor_configs=COMPILE_OPTIONS["options"],
             )
-            Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
+            with pickling_treespecs():
+                Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
             os.replace(f"{temp}.spec", spec_path)
             os.replace(f"{temp}.pt2", path)
         loaded = torch._inductor.aoti_load_package(str(path))
         # The loader's own call, without the package's per-call pytree round trip.
-        return loaded.loader.boxed_run, pickle.loads(spec_path.read_bytes())
+        with pickling_treespecs():
+            return loaded.loader.boxed_run, pickle.loads(spec_path.read_bytes())
+
+
+@contextmanager
+def pickling_treespecs() -> Iterator[None]:
+    """Around pickling a TreeSpec (torch's treespec_dumps cannot write one with a NamedTuple in
+    it, LoopState): pickle warns that a LeafSpec check inside torch is deprecated, which says
+    nothing to the user."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
