@@ -32,9 +32,10 @@ def load_decoder(
     target: str | Path = DEFAULT_TARGET,
     draft: str | Path = DEFAULT_DRAFT,
     device: str = "cpu",
-    compile: bool = True,
+    compile: bool | str = True,
 ) -> SpeculativeDecoder:
-    """Load a checkpoint pair once per process and wrap it in a (compiled) decoder."""
+    """Load a checkpoint pair once per process and wrap it in a (compiled) decoder; `compile`
+    as SpeculativeDecoder's."""
     target_model, draft_model = load_pair(target, draft, device=device)
     eos = eos_token_id(target)
     if eos is not None and not 0 <= eos < target_model.config.vocab_size:

@@ -5,16 +5,27 @@ own graph: we compile with dynamic=False so that each shape gets a static, fully
 kernel. The first call with a new shape is where Inductor spends seconds to a minute generating
 and building C++ (or Triton); this wrapper prints a line before it and the time after it, and
 each call of a compiled function is one guard check.
+
+On the CPU, compile="aot" builds each graph ahead of time instead (AheadOfTime): an AOTInductor
+package per graph, kept on disk, which a later process loads in milliseconds where torch.compile
+would trace the function again with Dynamo (seconds per graph, even with Inductor's cache warm).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 import sys
 import time
-from typing import Callable
+import warnings
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from sampling.constraints import COMPILE_OPTIONS
 
@@ -41,10 +52,20 @@ class Announced:
     header = "warming up: compiling the decode graphs (cached on disk after the first run)"
     header_shown = False
 
-    def __init__(self, fn: Callable, name: str, announce: bool, cuda_graphs: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Callable,
+        name: str,
+        announce: bool,
+        cuda_graphs: bool = False,
+        seen: set[tuple] | None = None,
+    ) -> None:
         self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
         # Whether the last call compiled a new graph: its time is compile time, not a round's.
         self.compiled_last = False
+        # The keys already compiled. An AheadOfTime callable brings its own, empty set: each one
+        # exports or loads its packages on its first call per key, whatever other decoders did.
+        self.seen = Announced.seen if seen is None else seen
 
     @property
     def compiled(self) -> bool:
@@ -52,7 +73,7 @@ class Announced:
 
     def __call__(self, *args, **kwargs):
         key = (self.name, *describe(args, kwargs))
-        self.compiled_last = self.announce and key not in Announced.seen
+        self.compiled_last = self.announce and key not in self.seen
         if not self.compiled_last:
             return self.run(*args, **kwargs)
         if not Announced.header_shown:
@@ -67,7 +88,7 @@ class Announced:
         start = time.perf_counter()
         out = self.run(*args, **kwargs)
         print(f" {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
-        Announced.seen.add(key)
+        self.seen.add(key)
         return out
 
     def run(self, *args, **kwargs):
@@ -81,12 +102,164 @@ class Announced:
         )
 
 
-def compile_fn(fn: Callable, name: str, enabled: bool, device: torch.device) -> Announced:
+def compile_fn(
+    fn: Callable,
+    name: str,
+    enabled: bool | str,
+    device: torch.device,
+    models: torch.nn.Module | None = None,
+    identity: str = "",
+) -> Announced:
     """fullgraph, static shapes, sampling/'s Inductor options; on CUDA, CUDA graphs (one replay
-    per call, as mode="reduce-overhead")."""
+    per call, as mode="reduce-overhead"). enabled="aot" on the CPU: AheadOfTime packages, where
+    `models` holds every module fn runs and `identity` names what else fn bakes in (see
+    AheadOfTime); on CUDA, "aot" compiles as True does."""
     if not enabled:
         return Announced(fn, name, announce=False)
     cuda = device.type == "cuda"
+    if enabled == "aot" and not cuda:
+        aot = AheadOfTime(fn, models, f"{name} {identity}", aot_folder())
+        return Announced(aot, name, announce=True, seen=set())
     options = {**COMPILE_OPTIONS["options"], **({"triton.cudagraphs": True} if cuda else {})}
     compiled = torch.compile(fn, **{**COMPILE_OPTIONS, "options": options})
     return Announced(compiled, name, announce=True, cuda_graphs=cuda)
+
+
+SOURCE_FOLDERS = ("minispec", "model", "sampling")  # the code a round runs
+
+
+@lru_cache(maxsize=1)
+def source_hash() -> str:
+    """A hash of every Python file a round may run, so that a package never outlives its code."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(p for folder in SOURCE_FOLDERS for p in (root / folder).rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def aot_folder() -> Path:
+    """Where the packages live: inside Inductor's cache folder ($TORCHINDUCTOR_CACHE_DIR, or
+    Inductor's default), so that clearing that cache clears them too."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / "minispec-aot"
+
+
+class Flattened(torch.nn.Module):
+    """fn as torch.export wants it: flat tensors in and out. The models' weights and buffers
+    come first, as inputs rather than constants, so that the package writes the live KV cache
+    in place (the one eager prefill fills) and does not carry its own copy of the weights.
+    `leaves`: the arguments' pytree leaves; the tensors among them are inputs, the others
+    (None: an absent host proposal) are static. fn returns its outputs flattened."""
+
+    def __init__(
+        self, fn: Callable, models: torch.nn.Module, names: list[str], leaves: list, spec: TreeSpec
+    ) -> None:
+        super().__init__()
+        self.fn, self.names, self.leaves, self.spec = fn, names, leaves, spec
+        # In a tuple, not as a submodule: export would lift a submodule's tensors as constants.
+        self.models = (models,)
+
+    def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        weights = dict(zip(self.names, flat))
+        inputs = iter(flat[len(weights) :])
+        leaves = [next(inputs) if isinstance(x, torch.Tensor) else x for x in self.leaves]
+        # tie_weights: a weight shared by two modules (or by target and draft) is listed once.
+        with torch.nn.utils.stateless._reparametrize_module(
+            self.models[0], weights, tie_weights=True
+        ):
+            return tuple(self.fn(*tree_unflatten(leaves, self.spec)))
+
+
+class AheadOfTime:
+    """fn as one AOTInductor package per graph: exported and compiled on a graph's first call in
+    any process, loaded from `folder` in later ones. A package's file name hashes everything
+    its code depends on (see package_name), so a changed model, option or source file makes a
+    new package rather than loading a stale one. Positional arguments are pytrees of tensors
+    (and Nones); keyword arguments are static, baked into the graph."""
+
+    def __init__(self, fn: Callable, models: torch.nn.Module, identity: str, folder: Path) -> None:
+        self.fn, self.models, self.identity, self.folder = fn, models, identity, folder
+        self.packages: dict[tuple, tuple[Callable, TreeSpec]] = {}  # per graph key
+        self.exports = 0  # packages this object exported and compiled (loaded ones not counted)
+
+    def __call__(self, *args, **kwargs):
+        # Read on every call: setup_cache replaces the KV cache buffers when the batch changes.
+        weights = dict(self.models.named_parameters())
+        weights.update(self.models.named_buffers())
+        leaves, spec = tree_flatten(args)
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        statics = tuple(
+            (i, repr(x)) for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)
+        )
+        key = (describe(args, kwargs), statics)
+        if key not in self.packages:
+            self.packages[key] = self.package(weights, leaves, spec, kwargs)
+        run, out_spec = self.packages[key]
+        return tree_unflatten(run([*weights.values(), *tensors]), out_spec)
+
+    def package_name(self, flat: list, spec: TreeSpec, kwargs: dict) -> str:
+        """The hash of what the compiled code depends on: the function and the models (identity,
+        configs), every input's shape and dtype (or value, if not a tensor), the static
+        arguments, the thread count (which Inductor bakes into its parallel loops), torch's
+        version and minispec's source."""
+        configs = [repr(getattr(m, "config", None)) for m in self.models.children()]
+        inputs = [
+            (tuple(x.shape), str(x.dtype), str(x.device)) if isinstance(x, torch.Tensor) else x
+            for x in flat
+        ]
+        text = repr(
+            (self.identity, configs, inputs, str(spec), sorted(kwargs.items()))
+            + (torch.get_num_threads(), torch.__version__, source_hash())
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def package(
+        self, weights: dict, leaves: list, spec: TreeSpec, kwargs: dict
+    ) -> tuple[Callable, TreeSpec]:
+        """The graph's package, loaded from the folder or else exported, compiled and saved, as
+        a function of the flat input tensors, and its outputs' structure."""
+        name = self.package_name([*weights.values(), *leaves], spec, kwargs)
+        path, spec_path = self.folder / f"{name}.pt2", self.folder / f"{name}.spec"
+        if not path.exists():
+            out_specs = []  # the outputs' structure, known once traced
+
+            def flat_fn(*args) -> list[torch.Tensor]:
+                # Kept in a closure: export restores the module's attributes after tracing.
+                out, out_spec = tree_flatten(self.fn(*args, **kwargs))
+                out_specs.append(out_spec)
+                return out
+
+            flattened = Flattened(flat_fn, self.models, list(weights), leaves, spec)
+            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+            program = torch.export.export(flattened, (*weights.values(), *tensors), strict=False)
+            self.exports += 1
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # Written under a temporary name, then renamed: a process that stops half-way, or
+            # one that compiles the same graph at the same time, never leaves a torn package.
+            # The package is renamed last, so that its presence means its .spec is there too.
+            temp = self.folder / f"{name}.{os.getpid()}.tmp"
+            torch._inductor.aoti_compile_and_package(
+                program,
+                package_path=f"{temp}.pt2",
+                inductor_configs=COMPILE_OPTIONS["options"],
+            )
+            with pickling_treespecs():
+                Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
+            os.replace(f"{temp}.spec", spec_path)
+            os.replace(f"{temp}.pt2", path)
+        loaded = torch._inductor.aoti_load_package(str(path))
+        # The loader's own call, without the package's per-call pytree round trip.
+        with pickling_treespecs():
+            return loaded.loader.boxed_run, pickle.loads(spec_path.read_bytes())
+
+
+@contextmanager
+def pickling_treespecs() -> Iterator[None]:
+    """Around pickling a TreeSpec (torch's treespec_dumps cannot write one with a NamedTuple in
+    it, LoopState): pickle warns that a LeafSpec check inside torch is deprecated, which says
+    nothing to the user."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield

@@ -126,14 +126,20 @@ class SpeculativeDecoder:
         target: GPT,
         draft: GPT | None = None,
         *,
-        compile: bool = True,
+        compile: bool | str = True,
         suffix_index: SuffixIndex | None = None,
         hybrid_threshold: int = DEFAULT_HYBRID_THRESHOLD,
         eos_token_id: int | None = EOS_TOKEN_ID,
     ) -> None:
-        """`eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
+        """`compile`: True, torch.compile each round graph; "aot", on the CPU, compile each one
+        ahead of time into a package on disk that later processes load, which starts faster
+        (minispec/compiled.py; on CUDA, as True); False, run eagerly.
+
+        `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only, as they do for an id past the vocabulary:
         the byte tokenizer's default with a tiny test vocabulary)."""
+        if compile not in (True, False, "aot"):
+            raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
         if eos_token_id is not None and (
             isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
         ):
@@ -184,6 +190,9 @@ class SpeculativeDecoder:
                     f"round[{name}]",
                     self.compile,
                     self.device,
+                    torch.nn.ModuleList(m for m in (self.target, self.draft) if m is not None),
+                    # what the round bakes in besides the models: the proposer's settings
+                    f"{key} threshold={self.hybrid_threshold}",
                 ),
             )
         return self.rounds[key]

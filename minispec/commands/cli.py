@@ -97,6 +97,13 @@ def decode_parser() -> argparse.ArgumentParser:
         "--no-compile", dest="compile", action="store_false", help="run eagerly (debugging)"
     )
     p.add_argument(
+        "--compile-mode",
+        choices=("jit", "aot"),
+        default="jit",
+        help="jit: torch.compile each round graph (Dynamo traces it again in every process); "
+        "aot: on the CPU, compile each once into a package on disk that later runs load",
+    )
+    p.add_argument(
         "--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)"
     )
     p.add_argument(
@@ -178,7 +185,8 @@ def run_decode(argv: list[str]) -> int:
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
     target = args.target or DEFAULT_TARGET
-    decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, args.compile)
+    compile = "aot" if args.compile and args.compile_mode == "aot" else args.compile
+    decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile)
     tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
     if args.proposer in ("suffix", "hybrid") and decoder.suffix_index is None:
         from minispec.commands.build_index import cached_index
@@ -235,7 +243,7 @@ def run_decode(argv: list[str]) -> int:
         print(f"--- request {i} ---\n{prompts[i]}{text}")
     print(
         f"\n--- stats (torch {torch.__version__}, {args.device}, "
-        f"{'compiled' if args.compile else 'eager'}) ---",
+        f"{'compiled ' + args.compile_mode if args.compile else 'eager'}) ---",
         file=sys.stderr,
     )
     print(stats.summary(baseline.stats if baseline else None), file=sys.stderr)
