@@ -3,8 +3,8 @@ token for token as the eager rounds do, write the models' KV caches in place, an
 decoder loads the packages from disk instead of exporting and compiling them again.
 
 Compiling a package costs a minute or more even for these tiny models, so the test compiles
-two graphs once (a fixed K, and "auto" with one width; one batch with a greedy and a random
-row) and checks everything on them.
+one graph once ("auto" with one width; one batch with a greedy and a random row) and checks
+everything on it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = [[1, 2], [3, 4, 5]]
 SPECS = [
-    SpeculativeConfig(2, "probabilistic"),
-    # one width: "auto" then compiles one graph, the round that also chooses the next K
+    # One width: "auto" then compiles one graph, the round that also chooses the next K (its
+    # inputs include the round times, a tensor, and the absent host proposal, a None).
     SpeculativeConfig("auto", "probabilistic", adaptive=AdaptiveConfig(widths=(2,))),
 ]
 
@@ -62,6 +62,8 @@ def exports(decoder: SpeculativeDecoder) -> int:
 
 def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(minispec.compiled, "aot_folder", lambda: tmp_path)
+    # The package's C++ wrapper unoptimised: what is tested is the bookkeeping, not its speed.
+    monkeypatch.setattr(torch._inductor.config.aot_inductor, "compile_wrapper_opt_level", "O0")
     target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
     draft = perturbed_copy(target, 4, mix=0.3)
     eager, eager_caches = decode_all(SpeculativeDecoder(target, draft, compile=False))
@@ -70,7 +72,7 @@ def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) 
     out, aot_caches = decode_all(first)
     assert out == eager
     packages = len(list(tmp_path.glob("*.pt2")))
-    assert exports(first) == packages == 2  # one per graph
+    assert exports(first) == packages == 1  # one per graph
     # The packages wrote the live caches, in place, as the eager rounds did.
     for a, e in zip(aot_caches, eager_caches, strict=True):
         torch.testing.assert_close(a, e)
