@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import torch
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
-from sampling.constraints import COMPILE_OPTIONS, jit_compile
+from sampling.constraints import COMPILE_OPTIONS
 
 
 def describe(args: tuple, kwargs: dict) -> tuple:
@@ -120,7 +120,8 @@ def compile_fn(
     if enabled == "aot" and not cuda:
         aot = AheadOfTime(fn, models, f"{name} {identity}", aot_folder())
         return Announced(aot, name, announce=True, seen=set())
-    compiled = jit_compile(fn, **({"triton.cudagraphs": True} if cuda else {}))
+    options = {**COMPILE_OPTIONS["options"], **({"triton.cudagraphs": True} if cuda else {})}
+    compiled = torch.compile(fn, **{**COMPILE_OPTIONS, "options": options})
     return Announced(compiled, name, announce=True, cuda_graphs=cuda)
 
 

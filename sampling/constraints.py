@@ -15,7 +15,7 @@ The kept set is defined by value, so ties never depend on the sort's order:
 """
 
 import numbers
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -188,33 +188,13 @@ def _sample_core(
 # an idle machine but waits milliseconds whenever another process holds a core (measured at
 # B = 1, V = 256 on the shared 2-core machine: 40 ms per call instead of 0.1 ms).
 COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 131072})
+# Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under fullgraph,
+# fails past it. Here every (shapes, one-hot or not, filters on, method, thread count) is a
+# graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.
+torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
-
-def jit_compile(fn: Callable, **options: object) -> Callable:
-    """torch.compile(fn) with COMPILE_OPTIONS (and any further Inductor `options`), and room for
-    many graphs: Dynamo keeps at most recompile_limit graphs per function (8 by default) and,
-    under fullgraph, fails past it, while here every (shapes, one-hot or not, filters on,
-    method, thread count) is a graph."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    merged = {**COMPILE_OPTIONS["options"], **options}
-    return torch.compile(fn, **{**COMPILE_OPTIONS, "options": merged})
-
-
-class CompiledOnFirstCall:
-    """jit_compile(fn), made on the first call: importing sampling/ then does not import Dynamo
-    (1.1 s of a start-up that loads ahead-of-time packages and never traces)."""
-
-    def __init__(self, fn: Callable) -> None:
-        self.fn, self.compiled = fn, None
-
-    def __call__(self, *args, **kwargs):
-        if self.compiled is None:
-            self.compiled = jit_compile(self.fn)
-        return self.compiled(*args, **kwargs)
-
-
-# One per function: a graph is compiled per (shape, dtype, which filters are on) and reused.
-_sample_compiled = CompiledOnFirstCall(_sample_core)
+# Created once: a graph is compiled per (shape, dtype, which filters are on) and then reused.
+_sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)
 
 
 def sample(

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from sampling.constraints import (
-    CompiledOnFirstCall,
+    COMPILE_OPTIONS,
     RowConstraints,
     filtered_logits,
     log_normalizer,
@@ -316,7 +316,7 @@ def _rejection_core(
 
 # Created once: a graph is compiled per (shapes, dtypes, one-hot or not, filters on, method) and
 # reused for every later call that matches.
-_rejection_compiled = CompiledOnFirstCall(_rejection_core)
+_rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
 
 
 def _check_logits_and_drafts(target_logits, draft_token_ids) -> None:
