@@ -195,7 +195,8 @@ class AheadOfTime:
         )
         key = (describe(args, kwargs), statics)
         if key not in self.packages:
-            self.packages[key] = self.package(weights, leaves, spec, kwargs)
+            with quiet_treespecs():
+                self.packages[key] = self.package(weights, leaves, spec, kwargs)
         run, out_spec = self.packages[key]
         return tree_unflatten(run([*weights.values(), *tensors]), out_spec)
 
@@ -245,21 +246,19 @@ class AheadOfTime:
                 package_path=f"{temp}.pt2",
                 inductor_configs=COMPILE_OPTIONS["options"],
             )
-            with pickling_treespecs():
-                Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
+            Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
             os.replace(f"{temp}.spec", spec_path)
             os.replace(f"{temp}.pt2", path)
         loaded = torch._inductor.aoti_load_package(str(path))
         # The loader's own call, without the package's per-call pytree round trip.
-        with pickling_treespecs():
-            return loaded.loader.boxed_run, pickle.loads(spec_path.read_bytes())
+        return loaded.loader.boxed_run, pickle.loads(spec_path.read_bytes())
 
 
 @contextmanager
-def pickling_treespecs() -> Iterator[None]:
-    """Around pickling a TreeSpec (torch's treespec_dumps cannot write one with a NamedTuple in
-    it, LoopState): pickle warns that a LeafSpec check inside torch is deprecated, which says
-    nothing to the user."""
+def quiet_treespecs() -> Iterator[None]:
+    """Around export and around pickling a TreeSpec (torch's treespec_dumps cannot write one
+    with a NamedTuple in it, LoopState): both touch a LeafSpec check inside torch that warns it
+    is deprecated, which says nothing to the user."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         yield
