@@ -1,6 +1,7 @@
 """compile="aot": the rounds as AOTInductor packages (minispec/compiled.py's AheadOfTime) decode
 token for token as the eager rounds do, write the models' KV caches in place, and a second
-decoder loads the packages from disk instead of exporting and compiling them again.
+decoder loads the packages from disk instead of exporting and compiling them again, unless its
+weights differ (a package carries its weights, frozen).
 
 Compiling a package costs a minute or more even for these tiny models, so the test compiles
 one graph once ("auto" with one width; one batch with a greedy and a random row) and checks
@@ -82,3 +83,11 @@ def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) 
     assert decode_all(second)[0] == eager
     assert exports(second) == 0  # loaded from tmp_path
     assert len(list(tmp_path.glob("*.pt2"))) == packages
+
+    # A package carries its weights: other weights of the same shapes never load it.
+    other = perturbed_copy(target, 5, mix=0.5)
+    other_eager, _ = decode_all(SpeculativeDecoder(other, draft, compile=False))
+    monkeypatch.setattr(Announced, "seen", set())
+    third = SpeculativeDecoder(other, draft, compile="aot")
+    assert decode_all(third)[0] == other_eager != eager
+    assert exports(third) == 1
