@@ -194,7 +194,10 @@ class AheadOfTime:
         statics = tuple(
             (i, repr(x)) for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)
         )
-        key = (describe(args, kwargs), statics)
+        # The buffers too: a K = 0 round may first run before the draft has a KV cache, and
+        # once it has one, the same round takes four more inputs.
+        caches = tuple((name, tuple(b.shape)) for name, b in buffers.items())
+        key = (describe(args, kwargs), statics, caches)
         if key not in self.packages:
             with quiet_treespecs():
                 self.packages[key] = self.package(buffers, leaves, spec, kwargs)
