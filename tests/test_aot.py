@@ -19,10 +19,11 @@ from _enumerate import (
     perturbed_copy,
     random_gpt,
 )
+from torch.utils._pytree import tree_flatten
 
 import minispec.compiled
 from minispec.adaptive import AdaptiveConfig
-from minispec.compiled import Announced
+from minispec.compiled import AheadOfTime, Announced
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 
@@ -91,3 +92,30 @@ def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) 
     third = SpeculativeDecoder(other, draft, compile="aot")
     assert decode_all(third)[0] == other_eager != eager
     assert exports(third) == 1
+
+
+def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkeypatch) -> None:
+    """The buffers are package inputs, so a round first run before the draft had its KV cache
+    must not reuse that package once the cache exists (a run on the shipped pair failed with
+    "expected inputs vector size to be 31, but got 35"). Bookkeeping only: the package is a
+    stand-in that checks its input count, so nothing compiles."""
+    built = []
+
+    def stand_in(self, buffers, leaves, spec, kwargs):
+        count = len(buffers) + sum(isinstance(x, torch.Tensor) for x in leaves)
+        built.append(count)
+
+        def run(flat: list[torch.Tensor]) -> list[torch.Tensor]:
+            assert len(flat) == count, (len(flat), count)
+            return [flat[-1] * 2]
+
+        return run, tree_flatten(torch.zeros(1))[1]
+
+    monkeypatch.setattr(AheadOfTime, "package", stand_in)
+    models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    aot = AheadOfTime(lambda x: x * 2, models, "test", tmp_path)
+    x = torch.ones(2)
+    assert torch.equal(aot(x), 2 * x)
+    models[0].register_buffer("cache", torch.zeros(3))
+    assert torch.equal(aot(x), 2 * x)
+    assert built == [1, 2]
