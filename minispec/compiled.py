@@ -19,7 +19,7 @@ import pickle
 import sys
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import torch
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
-from sampling.constraints import COMPILE_OPTIONS
+from sampling.constraints import COMPILE_OPTIONS, jit
 
 
 def describe(args: tuple, kwargs: dict) -> tuple:
@@ -72,15 +72,18 @@ class Announced:
         return self.announce  # compiled graphs are announced; eager code is not
 
     def __call__(self, *args, **kwargs):
-        key = (self.name, *describe(args, kwargs))
+        # The wrapped callable may say what makes a graph (AheadOfTime: the models' buffers too).
+        key = (self.name, *getattr(self.fn, "graph_key", describe)(args, kwargs))
         self.compiled_last = self.announce and key not in self.seen
         if not self.compiled_last:
             return self.run(*args, **kwargs)
         if not Announced.header_shown:
             print(Announced.header, file=sys.stderr, flush=True)
             Announced.header_shown = True
+        on_disk = getattr(self.fn, "on_disk", lambda *_: False)(args, kwargs)
+        verb = "loading" if on_disk else "compiling"
         print(
-            f"  compiling {self.name} [{' '.join(key[1:])}] ...",
+            f"  {verb} {self.name} [{' '.join(describe(args, kwargs))}] ...",
             end="",
             file=sys.stderr,
             flush=True,
@@ -120,8 +123,7 @@ def compile_fn(
     if enabled == "aot" and not cuda:
         aot = AheadOfTime(fn, models, f"{name} {identity}", aot_folder())
         return Announced(aot, name, announce=True, seen=set())
-    options = {**COMPILE_OPTIONS["options"], **({"triton.cudagraphs": True} if cuda else {})}
-    compiled = torch.compile(fn, **{**COMPILE_OPTIONS, "options": options})
+    compiled = jit(fn, **({"triton.cudagraphs": True} if cuda else {}))
     return Announced(compiled, name, announce=True, cuda_graphs=cuda)
 
 
@@ -185,24 +187,49 @@ class AheadOfTime:
         self.packages: dict[tuple, tuple[Callable, TreeSpec]] = {}  # per graph key
         self.exports = 0  # packages this object exported and compiled (loaded ones not counted)
         self.digest: str | None = None  # weights_digest, once taken
+        self.current_buffers: dict[str, torch.Tensor] = {}
+        self.buffers_version: tuple | None = None  # the models' cache_version when last read
 
     def __call__(self, *args, **kwargs):
-        # Read on every call: setup_cache replaces the KV cache buffers when the batch changes.
-        buffers = dict(self.models.named_buffers())
+        buffers = self.buffers()
         leaves, spec = tree_flatten(args)
-        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-        statics = tuple(
-            (i, repr(x)) for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)
-        )
-        # The buffers too: a K = 0 round may first run before the draft has a KV cache, and
-        # once it has one, the same round takes four more inputs.
-        caches = tuple((name, tuple(b.shape)) for name, b in buffers.items())
-        key = (describe(args, kwargs), statics, caches)
+        key = self.graph_key(args, kwargs)
         if key not in self.packages:
             with quiet_treespecs():
                 self.packages[key] = self.package(buffers, leaves, spec, kwargs)
         run, out_spec = self.packages[key]
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
         return tree_unflatten(run([*buffers.values(), *tensors]), out_spec)
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The models' buffers, the packages' first inputs. setup_cache replaces the KV cache
+        buffers (a new batch size) and counts it in the model's cache_version, so they are read
+        again only then; a model without that counter is read on every call."""
+        version = tuple(getattr(m, "cache_version", None) for m in self.models.children())
+        if version != self.buffers_version or None in version:
+            self.current_buffers = dict(self.models.named_buffers())
+            self.buffers_version = version
+        return self.current_buffers
+
+    def graph_key(self, args: tuple, kwargs: dict) -> tuple:
+        """What tells this graph's package from another's: the inputs' shapes and static values,
+        and the models' buffers. The buffers matter: a K = 0 round may first run before the
+        draft has a KV cache, and once it has one, the same round takes four more inputs."""
+        statics = tuple(
+            (i, repr(x)) for i, x in enumerate(tree_leaves(args)) if not isinstance(x, torch.Tensor)
+        )
+        caches = tuple((name, tuple(b.shape)) for name, b in self.buffers().items())
+        return (*describe(args, kwargs), statics, caches)
+
+    def on_disk(self, args: tuple, kwargs: dict) -> bool:
+        """Whether this graph's package was built before, by this process or another."""
+        leaves, spec = tree_flatten(args)
+        return self.paths([*self.buffers().values(), *leaves], spec, kwargs)[0].exists()
+
+    def paths(self, flat: list, spec: TreeSpec, kwargs: dict) -> tuple[Path, Path]:
+        """The graph's package and its outputs' structure, named by package_name."""
+        name = self.package_name(flat, spec, kwargs)
+        return self.folder / f"{name}.pt2", self.folder / f"{name}.spec"
 
     def package_name(self, flat: list, spec: TreeSpec, kwargs: dict) -> str:
         """The hash of what the compiled code depends on: the function and the models (identity,
@@ -237,8 +264,7 @@ class AheadOfTime:
     ) -> tuple[Callable, TreeSpec]:
         """The graph's package, loaded from the folder or else exported, compiled and saved, as
         a function of the flat input tensors, and its outputs' structure."""
-        name = self.package_name([*buffers.values(), *leaves], spec, kwargs)
-        path, spec_path = self.folder / f"{name}.pt2", self.folder / f"{name}.spec"
+        path, spec_path = self.paths([*buffers.values(), *leaves], spec, kwargs)
         if not path.exists():
             out_specs = []  # the outputs' structure, known once traced
 
@@ -256,7 +282,7 @@ class AheadOfTime:
             # Written under a temporary name, then renamed: a process that stops half-way, or
             # one that compiles the same graph at the same time, never leaves a torn package.
             # The package is renamed last, so that its presence means its .spec is there too.
-            temp = self.folder / f"{name}.{os.getpid()}.tmp"
+            temp = path.with_suffix(f".{os.getpid()}.tmp")
             torch._inductor.aoti_compile_and_package(
                 program,
                 package_path=f"{temp}.pt2",
@@ -267,9 +293,32 @@ class AheadOfTime:
             Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
             os.replace(f"{temp}.spec", spec_path)
             os.replace(f"{temp}.pt2", path)
-        loaded = torch._inductor.aoti_load_package(str(path))
-        # The loader's own call, without the package's per-call pytree round trip.
-        return loaded.loader.boxed_run, pickle.loads(spec_path.read_bytes())
+            prune(self.folder)
+        os.utime(path)  # used now: prune keeps the packages used last
+        # AOTInductor's C++ loader, called directly: torch._inductor.aoti_load_package wraps the
+        # same object but imports Inductor and Dynamo first (about 1.5 s of a warm start), and
+        # its call adds a pytree round trip per round. Arguments: the model's name inside the
+        # package, one runner, not single-threaded, the default device.
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+        return loader.boxed_run, pickle.loads(spec_path.read_bytes())
+
+
+# Every code change or other checkpoint makes new packages (about 50 MB each for the shipped
+# pair) and leaves the old ones unused: the folder keeps the ones used last.
+KEEP_PACKAGES = 64
+
+
+def prune(folder: Path, keep: int = KEEP_PACKAGES) -> None:
+    """Delete all but the `keep` packages used last (a load touches its package), with their
+    .spec files. A package another process is loading stays readable: it holds the file open."""
+    used = {}
+    for package in folder.glob("*.pt2"):
+        with suppress(FileNotFoundError):  # another process pruned it first
+            if ".tmp" not in package.name:  # never one still being written
+                used[package] = package.stat().st_mtime
+    for old in sorted(used, key=used.get, reverse=True)[keep:]:
+        old.with_suffix(".spec").unlink(missing_ok=True)
+        old.unlink(missing_ok=True)
 
 
 @contextmanager

@@ -222,7 +222,9 @@ def load_checkpoint(
     tied = config.tie_embeddings
     with torch.device("meta"):
         expected = {
-            k: v.shape for k, v in GPT(config).state_dict().items() if not (tied and k == TIED_KEY)
+            k: v.shape
+            for k, v in GPT(config, init_weights=False).state_dict().items()
+            if not (tied and k == TIED_KEY)
         }
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     missing, unexpected = (
@@ -239,7 +241,7 @@ def load_checkpoint(
             )
     if tied:
         weights[TIED_KEY] = weights["embed.weight"]
-    model = GPT(config)
+    model = GPT(config, init_weights=False)  # every parameter is loaded next (strict)
     model.load_state_dict(cast_finite(path, weights, dtype))
     return model.to(device=device, dtype=dtype).eval(), meta
 

@@ -132,10 +132,16 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, init_weights: bool = True) -> None:
+        """init_weights=False skips the random init, for a caller that loads every parameter (a
+        checkpoint) or only needs their shapes (the meta device, where torch runs normal_ through
+        its Python reference kernels, which import Dynamo: a second of a warm start)."""
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        # Allocated, not initialised: reset_parameters (or a checkpoint) sets it. Embedding's own
+        # init would only be overwritten, and on the meta device its normal_ imports Dynamo.
+        empty = torch.empty(config.vocab_size, config.d_model)
+        self.embed = nn.Embedding(config.vocab_size, config.d_model, _weight=empty)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -144,12 +150,20 @@ class GPT(nn.Module):
         cos, sin = rope_tables(config)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        # Counts the times setup_cache/drop_cache replaced the KV cache buffers, so that code
+        # holding the buffers (an ahead-of-time package takes them as inputs) knows to re-read.
+        self.cache_version = 0
+        if init_weights:
+            self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """A fresh random init (GPT-2's)."""
         self.apply(self._init_weights)
         # GPT-2's scaled init: each residual branch adds to the stream, so shrink the projections
         # that write into it by sqrt(number of branches) to keep activations O(1) at depth.
         for name, p in self.named_parameters():
             if name.endswith(("wo.weight", "down.weight")):
-                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -174,6 +188,7 @@ class GPT(nn.Module):
             and cache.k.device == p.device
         ):
             return
+        self.cache_version += 1
         for block in self.blocks:
             block.attn.kv_cache = KVCache(
                 batch_size,
@@ -186,6 +201,7 @@ class GPT(nn.Module):
 
     def drop_cache(self) -> None:
         """Back to cache-free causal attention (training, full recompute)."""
+        self.cache_version += 1
         for block in self.blocks:
             block.attn.kv_cache = None
 

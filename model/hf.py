@@ -287,7 +287,7 @@ def load_hf_folder(
     path = Path(path)
     hf = read_config(path)
     config = gpt_config(hf, path)
-    model = GPT(config)
+    model = GPT(config, init_weights=False)  # every parameter is loaded next (strict)
     state = gpt_state(path, model, read_tensors(path))
     model.load_state_dict(cast_finite(path, state, dtype))
     meta = {

@@ -15,7 +15,8 @@ The kept set is defined by value, so ties never depend on the sort's order:
 """
 
 import numbers
-from typing import NamedTuple
+from functools import cache
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -188,13 +189,25 @@ def _sample_core(
 # an idle machine but waits milliseconds whenever another process holds a core (measured at
 # B = 1, V = 256 on the shared 2-core machine: 40 ms per call instead of 0.1 ms).
 COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 131072})
-# Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under fullgraph,
-# fails past it. Here every (shapes, one-hot or not, filters on, method, thread count) is a
-# graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.
-torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
 
-# Created once: a graph is compiled per (shape, dtype, which filters are on) and then reused.
-_sample_compiled = torch.compile(_sample_core, **COMPILE_OPTIONS)
+
+def jit(fn: Callable, **options) -> Callable:
+    """torch.compile(fn) with COMPILE_OPTIONS (and `options` added to Inductor's). Called on first
+    use, never at import: importing torch.compile's machinery (Dynamo) takes about a second, which
+    a process that only loads ahead-of-time packages (minispec/compiled.py) then never pays."""
+    # Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under
+    # fullgraph, fails past it. Here every (shapes, one-hot or not, filters on, method, thread
+    # count) is a graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    inductor = {**COMPILE_OPTIONS["options"], **options}
+    return torch.compile(fn, **{**COMPILE_OPTIONS, "options": inductor})
+
+
+@cache
+def _sample_compiled() -> Callable:
+    """The compiled sampler, made once: a graph is compiled per (shape, dtype, which filters are
+    on) and then reused."""
+    return jit(_sample_core)
 
 
 def sample(
@@ -229,5 +242,5 @@ def sample(
             f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
             f"got {list(exponentials.shape)} on {exponentials.device}"
         )
-    core = _sample_compiled if compiled else _sample_core
+    core = _sample_compiled() if compiled else _sample_core
     return core(logits, *params, exponentials.float())

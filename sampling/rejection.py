@@ -37,15 +37,16 @@ Step by step, ``_rejection_core`` is Algorithm 1 for a whole batch at once; ``re
 the same rules as loops, for reading and for the tests.
 """
 
-from typing import NamedTuple
+from functools import cache
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from sampling.constraints import (
-    COMPILE_OPTIONS,
     RowConstraints,
     filtered_logits,
+    jit,
     log_normalizer,
     normalize_params,
 )
@@ -314,9 +315,11 @@ def _rejection_core(
     return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
 
 
-# Created once: a graph is compiled per (shapes, dtypes, one-hot or not, filters on, method) and
-# reused for every later call that matches.
-_rejection_compiled = torch.compile(_rejection_core, **COMPILE_OPTIONS)
+@cache
+def _rejection_compiled() -> Callable:
+    """The compiled sampler, made once: a graph is compiled per (shapes, dtypes, one-hot or not,
+    filters on, method) and reused for every later call that matches."""
+    return jit(_rejection_core)
 
 
 def _check_logits_and_drafts(target_logits, draft_token_ids) -> None:
@@ -483,7 +486,7 @@ def rejection_sample(
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, device)
-    core = _rejection_compiled if compiled else _rejection_core
+    core = _rejection_compiled() if compiled else _rejection_core
     return core(
         target_logits,
         draft_token_ids,

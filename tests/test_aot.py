@@ -10,6 +10,7 @@ everything on it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,21 @@ def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkey
     models[0].register_buffer("cache", torch.zeros(3))
     assert torch.equal(aot(x), 2 * x)
     assert built == [1, 2]
+
+
+def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
+    """Each code change makes new packages and strands the old ones: the folder keeps the ones
+    used last (by mtime, which a load refreshes), with their .spec files, and never touches a
+    package still being written."""
+    for age, name in enumerate(["new", "mid", "old", "older"]):
+        for suffix in (".pt2", ".spec"):
+            path = tmp_path / f"{name}{suffix}"
+            path.write_bytes(b"x")
+            os.utime(path, (1e9 - age, 1e9 - age))
+    writing = tmp_path / "oldest.123.tmp.pt2"
+    writing.write_bytes(b"x")
+    os.utime(writing, (0, 0))
+    minispec.compiled.prune(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["new.pt2", "new.spec", "mid.pt2", "mid.spec", writing.name]
+    )

@@ -9,6 +9,7 @@ signals, pipes and closed streams only show there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import math
@@ -295,7 +296,12 @@ def processes(pair: list[str], tmp_path_factory: pytest.TempPathFactory) -> dict
         for name, (command, _) in INTERRUPTS.items()
     }
     with open("/dev/full", "w") as full:
-        reader = start_minispec(argvs["decode"], stdout=subprocess.PIPE)
+        # The reader's pipe holds 4 KiB, and 64 rows of 480 tokens print more than that: the run
+        # blocks on a full pipe until the reader goes away, however soon it would end otherwise
+        # (with the default 64 KiB, a run faster than this fixture's other moments ended first).
+        many_rows = [arg for _ in range(64) for arg in ("--prompt", "x")]
+        reader = start_minispec(argvs["decode"] + many_rows, stdout=subprocess.PIPE)
+        fcntl.fcntl(reader.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)
         disk_full = start_minispec(argvs["decode"], stdout=full)
         closed = subprocess.Popen(
             [

@@ -51,6 +51,7 @@ from minispec.commands.args import (
 )
 from minispec.commands.bench_sampler import machine
 from minispec.commands.corpus import load_corpus
+from minispec.compiled import compile_fn
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
@@ -123,11 +124,14 @@ def model_bytes(model: GPT, live_tokens: int) -> int:
 
 
 @torch.no_grad()
-def step_times(model: GPT, widths: list[int], repeats: int, position: int = 320) -> dict[int, dict]:
-    """One compiled forward of [1, T] tokens at each width T, timed interleaved (T1 T2 T1 T2),
-    median/min/max of `repeats` each."""
+def step_times(
+    model: GPT, widths: list[int], repeats: int, compile: bool | str, position: int = 320
+) -> dict[int, dict]:
+    """One forward of [1, T] tokens at each width T, compiled as the decoder compiles its
+    rounds, timed interleaved (T1 T2 T1 T2), median/min/max of `repeats` each."""
     model.setup_cache(1)
-    step = torch.compile(model, fullgraph=True, dynamic=False)
+    device = model.embed.weight.device
+    step = compile_fn(model, "step", compile, device, torch.nn.ModuleList([model]), "bench step")
     inputs = {
         t: (torch.zeros(1, t, dtype=torch.long), position + torch.arange(t)[None]) for t in widths
     }
@@ -143,13 +147,14 @@ def step_times(model: GPT, widths: list[int], repeats: int, position: int = 320)
 
 
 def steps(decoder: SpeculativeDecoder, ks: list[int], repeats: int, live_tokens: int) -> dict:
-    """Part 1: the two models' step times against their memory floors."""
+    """Part 1: the two models' step times against their memory floors, compiled as the
+    decoder's rounds are (aot: frozen weights, prepacked)."""
     bandwidth = read_bandwidth()
     out = {"read_bandwidth_GBps": bandwidth / 1e9, "live_tokens": live_tokens}
     widths = sorted({1, *(k + 1 for k in ks if k)})
     for name, model in (("target", decoder.target), ("draft", decoder.draft)):
         floor = model_bytes(model, live_tokens) / bandwidth
-        times = step_times(model, widths if name == "target" else [1], repeats)
+        times = step_times(model, widths if name == "target" else [1], repeats, decoder.compile)
         out[name] = {
             "dtype": str(model.embed.weight.dtype).removeprefix("torch."),
             "floor_s": floor,
@@ -239,7 +244,7 @@ def end_to_end(
     return rows
 
 
-def startup(device: str, max_new: int = 8) -> dict:
+def startup(device: str, compile_mode: str, max_new: int = 8) -> dict:
     """Wall time from launching `python -m minispec decode` to its first token, cold then warm."""
     out = {}
     with tempfile.TemporaryDirectory() as cache:
@@ -258,6 +263,8 @@ def startup(device: str, max_new: int = 8) -> dict:
                 str(max_new),
                 "--device",
                 device,
+                "--compile-mode",
+                compile_mode,
             ]
             proc = subprocess.run(command, env=env, capture_output=True, text=True)
             wall = time.perf_counter() - start
@@ -383,6 +390,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="auto (greedy at T = 0, probabilistic at T > 0), greedy (one-hot q) or probabilistic",
     )
     parser.add_argument(
+        "--compile-mode",
+        choices=("jit", "aot"),
+        default="aot",
+        help="how the decoder compiles its rounds, as `minispec decode --compile-mode`",
+    )
+    parser.add_argument(
         "--skip",
         type=choice_list(PARTS),
         default="",
@@ -410,10 +423,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     torch.set_num_threads(args.threads)
-    decoder = load_decoder(device=args.device)
+    decoder = load_decoder(
+        device=args.device, compile="aot" if args.compile_mode == "aot" else True
+    )
     prompts = held_out_prompts(args.prompts)
     report: dict = {
         "machine": machine(torch.device(args.device), torch.get_num_threads()),
+        "compile_mode": args.compile_mode,
         "quick": args.quick,
         "draft_sample_method": args.draft_sample_method,
         "max_new_tokens": args.max_new_tokens,
@@ -455,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
         print("5. start-up", flush=True)
-        report["startup"] = startup(args.device)
+        report["startup"] = startup(args.device, args.compile_mode)
     if "peer" not in skip:
         print("6. peer (transformers)", flush=True)
         report["peer"] = peer_section(decoder, prompts, best_k(report), args, out / "peer.md")

@@ -99,9 +99,10 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile-mode",
         choices=("jit", "aot"),
-        default="jit",
-        help="jit: torch.compile each round graph (Dynamo traces it again in every process); "
-        "aot: on the CPU, compile each once into a package on disk that later runs load",
+        default="aot",
+        help="aot (default): on the CPU, compile each round graph once into a package on disk "
+        "that later runs load, with the weights frozen in; on CUDA, as jit. jit: torch.compile "
+        "each round graph (Dynamo traces it again in every process)",
     )
     p.add_argument(
         "--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)"
