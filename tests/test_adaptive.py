@@ -185,3 +185,22 @@ def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
     assert times.seconds == {}
     schedule.advance(0.01, [[0]], done=False)
     assert times.seconds == {2: 0.01}
+
+
+def test_width_schedule_times_every_width_once_before_following_the_choice() -> None:
+    """A width priced only by the cost model may look too dear to ever run, and so never get a
+    measured time: each one this graph family has not timed runs once, whatever the rounds
+    chose, and then the rounds' choice (here always index 0, K = 0) is followed."""
+    times = RoundTimes(c=0.1)
+    schedule = WidthSchedule((0, 2, 4), times, warm_up=False)
+    schedule.k = 2  # the first round's width, as SpeculativeDecoder.first_width sets it
+    ran = []
+    for _ in range(5):
+        ran.append(schedule.k)
+        schedule.advance(0.01 * (1 + schedule.k), [[0]], done=False)
+    assert ran == [2, 0, 4, 0, 0]
+    assert set(times.seconds) == {0, 2, 4}
+    # A round that compiled is not a time: its width is tried again.
+    other = WidthSchedule((0, 2), RoundTimes(c=0.1), warm_up=False)
+    other.advance(None, [[1]], done=False)
+    assert other.k == 0
