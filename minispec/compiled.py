@@ -142,10 +142,14 @@ def source_hash() -> str:
 
 def aot_folder() -> Path:
     """Where the packages live: inside Inductor's cache folder ($TORCHINDUCTOR_CACHE_DIR, or
-    Inductor's default), so that clearing that cache clears them too."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    Inductor's default), so that clearing that cache clears them too. Inductor is asked only
+    when the variable is unset: importing it imports Dynamo, a second of a warm start."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    return Path(cache_dir()) / "minispec-aot"
+        folder = cache_dir()
+    return Path(folder) / "minispec-aot"
 
 
 class Flattened(torch.nn.Module):

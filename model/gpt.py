@@ -57,6 +57,10 @@ class KVCache(nn.Module):
 def rope_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position * frequency, [max_seq_len, head_dim // 2]."""
     half = config.head_dim // 2
+    if torch.get_default_device().type == "meta":
+        # A model built for its shapes only (checking a checkpoint): computed on the meta
+        # device, arange runs through torch's Python reference kernels, which import Dynamo.
+        return torch.empty(config.max_seq_len, half), torch.empty(config.max_seq_len, half)
     freqs = config.rope_theta ** (-torch.arange(half, dtype=torch.float64) / half)
     angles = torch.arange(config.max_seq_len, dtype=torch.float64)[:, None] * freqs[None, :]
     return angles.cos().float(), angles.sin().float()

@@ -584,15 +584,16 @@ def peer_section(
             row["minispec_draft_sample_method"] = method if row["num_speculative_tokens"] else "-"
             print(f"  {format_peer_row(row)}", flush=True)
             rows.append(row)
-    path.write_text(render_peer_markdown(rows, len(prompts)))
+    path.write_text(render_peer_markdown(rows, len(prompts), args.compile_mode))
     return rows
 
 
-def render_peer_markdown(rows: list[dict], prompts: int) -> str:
+def render_peer_markdown(rows: list[dict], prompts: int, compile_mode: str) -> str:
     first = rows[0]
     lines = [
         "# Peer comparison: transformers on the exported pair\n",
-        f"{first['engine']}, eager, float32; minispec compiled. B = 1, {prompts} held-out "
+        f"{first['engine']}, eager, float32; minispec compiled {compile_mode}. B = 1, "
+        f"{prompts} held-out "
         f"prompts, {first['max_new_tokens']} new tokens, {first['threads']} thread(s); each "
         f"figure is the median of {first['repeats']} passes, minispec and transformers "
         "interleaved mode by mode. Wall clock, prefill included.\n",
@@ -615,8 +616,8 @@ def render_markdown(report: dict, text_chart: str) -> str:
     lines = [
         "# minispec benchmark\n",
         f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, "
-        f"{m.get('gpu', m['device'])}, {m['threads']} thread(s). "
-        f"{report['draft_sample_method']} drafter, B = 1, "
+        f"{m.get('gpu', m['device'])}, {m['threads']} thread(s), rounds compiled "
+        f"{report.get('compile_mode', 'jit')}. {report['draft_sample_method']} drafter, B = 1, "
         f"{report['max_new_tokens']} new tokens for each of {len(report['prompts'])} "
         f"held-out prompts; each row is {report['pairs']} interleaved pairs against "
         "K = 0 (median speedup, min-max).\n",
