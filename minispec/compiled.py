@@ -270,6 +270,9 @@ class AheadOfTime:
         a function of the flat input tensors, and its outputs' structure."""
         path, spec_path = self.paths([*buffers.values(), *leaves], spec, kwargs)
         if not path.exists():
+            # Imported here: only a process that compiles pays for Inductor's import.
+            from torch._inductor import aoti_compile_and_package
+
             out_specs = []  # the outputs' structure, known once traced
 
             def flat_fn(*args) -> list[torch.Tensor]:
@@ -287,7 +290,7 @@ class AheadOfTime:
             # one that compiles the same graph at the same time, never leaves a torn package.
             # The package is renamed last, so that its presence means its .spec is there too.
             temp = path.with_suffix(f".{os.getpid()}.tmp")
-            torch._inductor.aoti_compile_and_package(
+            aoti_compile_and_package(
                 program,
                 package_path=f"{temp}.pt2",
                 # Freezing prepacks the weights for the CPU's GEMM: a round of K = 4 on the
