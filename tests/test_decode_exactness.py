@@ -32,8 +32,9 @@ from _enumerate import (
 )
 
 import minispec.adaptive
+import minispec.decode
 import minispec.proposers.draft_model
-from minispec.adaptive import AdaptiveConfig
+from minispec.adaptive import AdaptiveConfig, RoundTimes
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -308,6 +309,13 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         return chosen[-1]
 
     monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
+    # Every width timed already: otherwise the first rounds would time the widths in turn
+    # (WidthSchedule), and in a NEW_TOKENS-long run the rule would hardly choose at all.
+    monkeypatch.setattr(
+        minispec.decode,
+        "RoundTimes",
+        lambda c: RoundTimes(c, seconds={k: 1e-3 * (1 + k) for k in widths}),
+    )
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
     spec = SpeculativeConfig(
         "auto", "probabilistic", proposer="hybrid", adaptive=AdaptiveConfig(widths=widths)
