@@ -192,12 +192,13 @@ class AheadOfTime:
         self.exports = 0  # packages this object exported and compiled (loaded ones not counted)
         self.digest: str | None = None  # weights_digest, once taken
         self.current_buffers: dict[str, torch.Tensor] = {}
+        self.buffer_shapes: tuple = ()  # (name, shape) of each of current_buffers
         self.buffers_version: tuple | None = None  # the models' cache_version when last read
 
     def __call__(self, *args, **kwargs):
         buffers = self.buffers()
         leaves, spec = tree_flatten(args)
-        key = self.graph_key(args, kwargs)
+        key = self.key_of(leaves, kwargs)
         if key not in self.packages:
             with quiet_treespecs():
                 self.packages[key] = self.package(buffers, leaves, spec, kwargs)
@@ -212,18 +213,27 @@ class AheadOfTime:
         version = tuple(getattr(m, "cache_version", None) for m in self.models.children())
         if version != self.buffers_version or None in version:
             self.current_buffers = dict(self.models.named_buffers())
+            self.buffer_shapes = tuple((n, b.shape) for n, b in self.current_buffers.items())
             self.buffers_version = version
         return self.current_buffers
 
     def graph_key(self, args: tuple, kwargs: dict) -> tuple:
-        """What tells this graph's package from another's: the inputs' shapes and static values,
-        and the models' buffers. The buffers matter: a K = 0 round may first run before the
-        draft has a KV cache, and once it has one, the same round takes four more inputs."""
-        statics = tuple(
-            (i, repr(x)) for i, x in enumerate(tree_leaves(args)) if not isinstance(x, torch.Tensor)
+        """key_of, for Announced, which asks before each call whether it builds a graph."""
+        return self.key_of(tree_leaves(args), kwargs)
+
+    def key_of(self, leaves: list, kwargs: dict) -> tuple:
+        """What tells this graph's package from another's: every input's shape and dtype (or
+        value), the static arguments, and the models' buffers. The buffers matter: a K = 0 round
+        may first run before the draft has a KV cache, and once it has one, the same round takes
+        four more inputs. Built on every round, so plain tuples, not describe's strings."""
+        self.buffers()  # refreshes buffer_shapes if setup_cache ran
+        inputs = tuple(
+            (x.shape, x.dtype) if isinstance(x, torch.Tensor) else repr(x) for x in leaves
         )
-        caches = tuple((name, tuple(b.shape)) for name, b in self.buffers().items())
-        return (*describe(args, kwargs), statics, caches)
+        statics = tuple(
+            (k, v) for k, v in sorted(kwargs.items()) if not isinstance(v, torch.Tensor)
+        )
+        return inputs, statics, self.buffer_shapes
 
     def on_disk(self, args: tuple, kwargs: dict) -> bool:
         """Whether this graph's package was built before, by this process or another."""
