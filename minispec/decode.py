@@ -376,6 +376,9 @@ class SpeculativeDecoder:
         start, k = time.perf_counter(), run.schedule.k
         if k and run.uses_draft and run.rounds_without_draft:
             self.catch_up_draft(run.state, run.rounds_without_draft)
+        # The width's time leaves the catch-up out: it is paid once per return from K = 0, and
+        # charged to the round it would price K > 0 out, and so keep the batch at K = 0.
+        round_start = time.perf_counter()
         host_proposal = None
         if k and run.host_lookup is not None:
             lookup_start = time.perf_counter()
@@ -390,7 +393,8 @@ class SpeculativeDecoder:
             num_speculative_tokens=k,
         )
         rows = snapshot.tolist()  # the round's one host read
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+        seconds = end - start
         # A compiled round is one guard check; an eager one, none.
         guard_checks = int(run.compiled_round.compiled)
         run.stats.count_round(seconds, host_reads=1, compiled_calls=guard_checks, k=k)
@@ -399,7 +403,7 @@ class SpeculativeDecoder:
         done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
         run.stats.time_emit += time.perf_counter() - start
         timed = not run.compiled_round.compiled_last  # a round that compiled is not a round's time
-        run.done = run.schedule.advance(seconds if timed else None, rows, done)
+        run.done = run.schedule.advance(end - round_start if timed else None, rows, done)
 
     @staticmethod
     def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
