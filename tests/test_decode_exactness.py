@@ -305,7 +305,7 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         round_time: torch.Tensor,
         margin: float = 0.0,
     ) -> torch.Tensor:
-        chosen.append((len(chosen) + (alpha.sum() * 991).long()) % len(widths))
+        chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
         return chosen[-1]
 
     monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
