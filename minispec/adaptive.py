@@ -15,15 +15,10 @@ rounds to finish (tokens left over eq. (1) at the row's long-run alpha) are with
 large batches the slowest rows (a harder prompt, an unlucky start) then take the whole batch
 through rounds too wide for them.
 
-alpha per row comes at two time scales, each a weighted mean of observed acceptance:
-    long   = (L + prior * w0) / (N + w0)    L, N: every observation of the request so far
-    recent = (S + long * w0) / (W + w0)     S, W: the same, decaying by `decay` every round
-The recent one, this stretch of text, decides K; the long one ranks rows by their finish and is
-what the recent one returns to as its evidence ages. A round at K = 0 adds no evidence but
-ages it all the same, so a row held at K = 0 by a bad stretch is soon back at its long-run
-alpha and drafting again; a row that is poor all along stays at K = 0. L and N also decay (at
-`idle_decay`) in rounds without drafts, so even that row drifts back to the prior and is probed
-again, seldom: a bad spell never switches speculation off for good.
+alpha per row is an exponentially weighted mean of observed acceptance, shrunk towards a prior:
+    alpha = (S + prior * w0) / (W + w0),  S <- decay * S + observed sum,  W <- decay * W + count.
+S and W also decay (more slowly) in rounds without drafts, so a row that stopped drafting drifts
+back to the prior and is probed again: a bad spell never switches speculation off for good.
 """
 
 from __future__ import annotations
@@ -39,13 +34,10 @@ DEFAULT_WIDTHS = (0, 2, 4, 8)
 
 
 class AlphaEstimate(NamedTuple):
-    """Per-row state for LoopState, [B] float64 each: sums of observed acceptance and of
-    observations, recent (decayed every round) and long-run (decayed only while idle)."""
+    """Per-row state for LoopState: decayed sums of observed acceptance and of observations."""
 
-    recent_sum: torch.Tensor
-    recent_weight: torch.Tensor
-    long_sum: torch.Tensor
-    long_weight: torch.Tensor
+    weighted_sum: torch.Tensor  # [B] float64
+    weight: torch.Tensor  # [B] float64
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +45,8 @@ class AdaptiveConfig:
     widths: tuple[int, ...] = DEFAULT_WIDTHS  # each is one compiled round shape
     prior_alpha: float = 0.7  # before any observation; also where an unobserved row drifts back to
     prior_weight: float = 2.0  # the prior counts as this many observations
-    decay: float = 0.9  # per round, of the recent alpha: about the last 10 rounds matter
-    idle_decay: float = 0.98  # per round without drafts, of the long-run alpha: probes are rare
+    decay: float = 0.9  # per round with drafts: about the last 10 such rounds matter
+    idle_decay: float = 0.99  # per round without: a poor row at K = 0 is probed every ~100 rounds
     margin: float = 0.02  # a larger K must promise this much more throughput than a smaller one
     laggard_slack: float = 0.1  # rows this close to the last one's finish vote on K (1: every row)
 
@@ -76,7 +68,8 @@ class AdaptiveConfig:
 
 
 def initial_estimate(batch_size: int, device: torch.device | str = "cpu") -> AlphaEstimate:
-    return AlphaEstimate(*torch.zeros(4, batch_size, dtype=torch.float64, device=device))
+    zeros = torch.zeros(batch_size, dtype=torch.float64, device=device)
+    return AlphaEstimate(zeros, zeros.clone())
 
 
 def update_estimate(
@@ -88,30 +81,18 @@ def update_estimate(
 ) -> AlphaEstimate:
     """One round's observations per row: e.g. the sum of beta_i = sum_v min(p_i, q_i) over the
     positions it verified and their number; or (noisier) n accepted out of n + 1 tested when a
-    rejection ended the round, n out of n when all passed. Rows without drafts pass 0 and 0: their
-    recent evidence ages as every row's does, and their long-run evidence at the slower
-    idle_decay, so that a poor row drifts back to the prior and is probed again, but seldom:
-    each probe costs a round of drafting for little."""
-    observed_sum, observed_count = observed_sum.double(), observed_count.double()
-    idle = torch.where(observed_count > 0, 1.0, idle_decay).double()
+    rejection ended the round, n out of n when all passed. Rows without drafts pass 0 and 0 and
+    forget at the slower idle_decay, so that they drift back to the prior and probe again, but
+    seldom: each probe of a poor row costs a round of drafting for little."""
+    factor = torch.where(observed_count > 0, decay, idle_decay).double()
     return AlphaEstimate(
-        decay * estimate.recent_sum + observed_sum,
-        decay * estimate.recent_weight + observed_count,
-        idle * estimate.long_sum + observed_sum,
-        idle * estimate.long_weight + observed_count,
+        factor * estimate.weighted_sum + observed_sum.double(),
+        factor * estimate.weight + observed_count.double(),
     )
 
 
-def long_run_alpha(
-    estimate: AlphaEstimate, prior_alpha: float, prior_weight: float
-) -> torch.Tensor:
-    return (estimate.long_sum + prior_alpha * prior_weight) / (estimate.long_weight + prior_weight)
-
-
 def current_alpha(estimate: AlphaEstimate, prior_alpha: float, prior_weight: float) -> torch.Tensor:
-    """The recent alpha, shrunk towards the row's long-run one (which is shrunk to the prior)."""
-    long = long_run_alpha(estimate, prior_alpha, prior_weight)
-    return (estimate.recent_sum + long * prior_weight) / (estimate.recent_weight + prior_weight)
+    return (estimate.weighted_sum + prior_alpha * prior_weight) / (estimate.weight + prior_weight)
 
 
 def expected_tokens(alpha: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
@@ -201,21 +182,25 @@ def next_width(
     running alpha and choose the next round's width (an index into config.widths, 0-d), which
     rides in the round's snapshot. relative_times [W]: RoundTimes.relative, as of the host's
     last measurement. Only what this round already emitted enters: never the next round's noise.
-    The laggards vote with their recent alpha; the long-run one ranks rows by their finish."""
+    The laggards vote with their running alpha (this stretch of text); the long-run one
+    (alpha_sum over alpha_count, every position so far) only ranks rows by their finish."""
     estimate = update_estimate(
-        AlphaEstimate(*(getattr(state, name) for name in AlphaEstimate._fields)),
+        AlphaEstimate(state.estimate_sum, state.estimate_weight),
         observed.beta_sum,
         observed.tested,
         config.decay,
         config.idle_decay,
     )
+    alpha = current_alpha(estimate, config.prior_alpha, config.prior_weight)
+    long_run = AlphaEstimate(state.alpha_sum, state.alpha_count.double())
     voters = laggards(
-        long_run_alpha(estimate, config.prior_alpha, config.prior_weight),
+        current_alpha(long_run, config.prior_alpha, config.prior_weight),
         (state.max_new - state.generated).double(),
         ~state.done,
         max(config.widths),
         config.laggard_slack,
     )
-    alpha = current_alpha(estimate, config.prior_alpha, config.prior_weight)
     choice = choose_width(alpha, voters, config.widths, relative_times, config.margin)
-    return state._replace(**estimate._asdict()), choice
+    return state._replace(
+        estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight
+    ), choice

@@ -28,12 +28,9 @@ class LoopState(NamedTuple):
     position_accepted: torch.Tensor  # [B, K] rounds whose first i+1 drafts were all accepted
     alpha_sum: torch.Tensor  # [B] float64: sum of beta over verified positions
     alpha_count: torch.Tensor  # [B] verified positions
-    # adaptive K's alpha (minispec/adaptive.py, AlphaEstimate): sums of beta and of positions,
-    # recent (decayed every round) and long-run (decayed only in rounds without drafts)
-    recent_sum: torch.Tensor  # [B] float64
-    recent_weight: torch.Tensor  # [B] float64
-    long_sum: torch.Tensor  # [B] float64
-    long_weight: torch.Tensor  # [B] float64
+    # adaptive K's running alpha (minispec/adaptive.py): decayed sums of beta and of positions
+    estimate_sum: torch.Tensor  # [B] float64
+    estimate_weight: torch.Tensor  # [B] float64
 
     @classmethod
     def start(
@@ -67,10 +64,8 @@ class LoopState(NamedTuple):
             position_accepted=zeros(num_speculative_tokens),
             alpha_sum=zeros(dtype=torch.float64),
             alpha_count=zeros(),
-            recent_sum=zeros(dtype=torch.float64),
-            recent_weight=zeros(dtype=torch.float64),
-            long_sum=zeros(dtype=torch.float64),
-            long_weight=zeros(dtype=torch.float64),
+            estimate_sum=zeros(dtype=torch.float64),
+            estimate_weight=zeros(dtype=torch.float64),
         )
 
 

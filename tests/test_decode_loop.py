@@ -119,10 +119,8 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
         position_accepted=torch.zeros(b, k, dtype=torch.long),
         alpha_sum=torch.zeros(b, dtype=torch.float64),
         alpha_count=torch.zeros(b, dtype=torch.long),
-        recent_sum=torch.zeros(b, dtype=torch.float64),
-        recent_weight=torch.zeros(b, dtype=torch.float64),
-        long_sum=torch.zeros(b, dtype=torch.float64),
-        long_weight=torch.zeros(b, dtype=torch.float64),
+        estimate_sum=torch.zeros(b, dtype=torch.float64),
+        estimate_weight=torch.zeros(b, dtype=torch.float64),
     )
     num_drafts = torch.full((b,), k)
     observed = observe(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
