@@ -14,12 +14,9 @@ from minispec.adaptive import (
     current_alpha,
     expected_tokens,
     initial_estimate,
-    laggards,
-    next_width,
     update_estimate,
 )
 from minispec.decode import WidthSchedule
-from minispec.state import LoopState, Observation
 from minispec.stats import predicted_speedup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -116,7 +113,6 @@ def test_bad_config_is_one_line_errors() -> None:
         ({"decay": 1.0}, "decay"),
         ({"idle_decay": -0.1}, "idle_decay"),
         ({"margin": -1}, "margin"),
-        ({"laggard_slack": 1.5}, "laggard_slack"),
     ]:
         with pytest.raises(ValueError, match=message):
             AdaptiveConfig(**kwargs)
@@ -180,74 +176,6 @@ def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
     assert got > fixed[8] * 1.05 and got > fixed[0] * 1.05
     # Where no K > 0 pays (alpha 0.1) it stays within 2 % of K = 0: the probes are rare.
     assert simulate(adaptive, lambda r: 0.1, c=c) >= 0.98
-
-
-def test_laggards_are_the_rows_the_batch_waits_for() -> None:
-    alpha = torch.tensor([0.9, 0.9, 0.6, 0.9, 0.6], dtype=torch.float64)
-    remaining = torch.tensor([100.0, 100.0, 100.0, 400.0, 10.0], dtype=torch.float64)
-    active = torch.tensor([True, True, True, True, False])
-    # Row 3 has the most left; row 2 the same as rows 0 and 1 at a lower alpha; row 4 is done.
-    assert laggards(alpha, remaining, active, 8, 0.1).tolist() == [False] * 3 + [True, False]
-    assert laggards(alpha, remaining, active, 8, 1.0).tolist() == active.tolist()
-    fresh = torch.full((3,), 0.7, dtype=torch.float64)  # no row observed yet: all vote
-    assert laggards(fresh, torch.full((3,), 128.0), torch.ones(3, dtype=bool), 8, 0.0).all()
-
-
-def simulate_batch(
-    config: AdaptiveConfig,
-    alphas: list[float],
-    times: list[float],
-    fixed_k: int | None = None,
-    tokens: int = 128,
-    seed: int = 0,
-) -> float:
-    """Time (in K = 0 rounds) until every row of a batch has `tokens`, each row accepting drafts
-    i.i.d. at its own alpha, with K from the round's own next_width (or fixed)."""
-    gen = torch.Generator().manual_seed(seed)
-    alpha, b = torch.tensor(alphas, dtype=torch.float64), len(alphas)
-    state = LoopState.start(
-        torch.zeros(b, 1, dtype=torch.long), [1] * b, [tokens] * b, [0] * b, max(config.widths)
-    )
-    k, elapsed = config.widths[1], 0.0
-    while not state.done.all():
-        k = k if fixed_k is None else fixed_k
-        elapsed += times[config.widths.index(k)]
-        passed = torch.rand(b, k, generator=gen, dtype=torch.float64) < alpha[:, None]
-        n = passed.cumprod(1).sum(1)
-        active = ~state.done
-        tested = (n + 1).clamp(max=k) * active
-        generated = torch.where(
-            active, (state.generated + n + 1).clamp(max=tokens), state.generated
-        )
-        observed = Observation(tested, alpha * tested)  # beta as at T > 0: its expectation
-        state = state._replace(
-            generated=generated,
-            done=generated >= tokens,
-            alpha_sum=state.alpha_sum + observed.beta_sum,
-            alpha_count=state.alpha_count + tested,
-        )
-        state, choice = next_width(state, observed, config, torch.tensor(times).double())
-        k = config.widths[choice]
-    return elapsed
-
-
-def test_a_batch_chooses_k_for_the_rows_it_waits_for() -> None:
-    """12 easy rows (alpha 0.95) and 4 hard ones (0.6), with the round times measured at B = 16:
-    summed over every row, eq. (1) picks K = 4 for the easy majority, while the batch waits for
-    the hard rows, for which K = 2 is best. Mean over 16 seeds: the laggards' vote reaches 1.00
-    of the best fixed K, every row's vote (laggard_slack = 1, the earlier rule) 0.88."""
-    alphas, times = [0.95] * 12 + [0.6] * 4, [1.0, 1.59, 1.99, 2.82]
-
-    def mean_time(config, fixed_k=None, alphas=alphas):
-        return sum(simulate_batch(config, alphas, times, fixed_k, seed=s) for s in range(16)) / 16
-
-    config, everyone = AdaptiveConfig(), AdaptiveConfig(laggard_slack=1.0)
-    best = min(mean_time(config, k) for k in (2, 4, 8))
-    assert best / mean_time(config) >= 0.97
-    assert best / mean_time(everyone) < 0.92
-    # Where the rows are alike the laggards' vote costs nothing against every row's.
-    alike = [0.8] * 16
-    assert mean_time(config, alphas=alike) <= 1.02 * mean_time(everyone, alphas=alike)
 
 
 def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
