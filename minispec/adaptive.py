@@ -9,12 +9,6 @@ or a verify of K + 1 tokens that costs much more than one: large batches), and K
 Exactness: K may depend on anything already emitted, never on this round's randomness. Here it
 depends on the running estimate of alpha (past rounds' acceptance) and on past timings only.
 
-A batch ends with its last row, so only the rows it will wait for vote: those whose projected
-rounds to finish (tokens left over eq. (1) at the row's long-run alpha) are within
-`laggard_slack` of the most. Summed over every row, eq. (1) ranks widths for the mean row, and at
-large batches the slowest rows (a harder prompt, an unlucky start) then take the whole batch
-through rounds too wide for them.
-
 alpha per row is an exponentially weighted mean of observed acceptance, shrunk towards a prior:
     alpha = (S + prior * w0) / (W + w0),  S <- decay * S + observed sum,  W <- decay * W + count.
 S and W also decay (more slowly) in rounds without drafts, so a row that stopped drafting drifts
@@ -48,7 +42,6 @@ class AdaptiveConfig:
     decay: float = 0.9  # per round with drafts: about the last 10 such rounds matter
     idle_decay: float = 0.99  # per round without: a poor row at K = 0 is probed every ~100 rounds
     margin: float = 0.02  # a larger K must promise this much more throughput than a smaller one
-    laggard_slack: float = 0.1  # rows this close to the last one's finish vote on K (1: every row)
 
     def __post_init__(self) -> None:
         w = self.widths
@@ -63,8 +56,6 @@ class AdaptiveConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not self.margin >= 0:
             raise ValueError(f"margin must be >= 0, got {self.margin}")
-        if not 0 <= self.laggard_slack <= 1:
-            raise ValueError(f"laggard_slack must be in [0, 1], got {self.laggard_slack}")
 
 
 def initial_estimate(batch_size: int, device: torch.device | str = "cpu") -> AlphaEstimate:
@@ -123,22 +114,6 @@ def choose_width(
     return good_enough.int().argmax()  # the first True: widths ascend
 
 
-def laggards(
-    long_alpha: torch.Tensor,
-    remaining: torch.Tensor,
-    active: torch.Tensor,
-    widest: int,
-    slack: float,
-) -> torch.Tensor:
-    """[B] bool: the active rows the batch will wait for. A row's projected rounds to finish are
-    its tokens left over eq. (1) at its long-run alpha and the widest width (where alpha tells
-    rows apart most); rows within `slack` of the most are the laggards. Before any row has been
-    observed all share the prior, and with equal tokens left every active row is one."""
-    rounds = remaining / expected_tokens(long_alpha, (widest,))[:, 0]
-    rounds = torch.where(active, rounds, 0)
-    return active & (rounds >= (1 - slack) * rounds.max())
-
-
 @dataclass(slots=True)
 class RoundTimes:
     """Host-side seconds per round width at the current batch size, for choose_width.
@@ -181,9 +156,7 @@ def next_width(
     """Inside the round, after it advanced: fold this round's observations into each row's
     running alpha and choose the next round's width (an index into config.widths, 0-d), which
     rides in the round's snapshot. relative_times [W]: RoundTimes.relative, as of the host's
-    last measurement. Only what this round already emitted enters: never the next round's noise.
-    The laggards vote with their running alpha (this stretch of text); the long-run one
-    (alpha_sum over alpha_count, every position so far) only ranks rows by their finish."""
+    last measurement. Only what this round already emitted enters: never the next round's noise."""
     estimate = update_estimate(
         AlphaEstimate(state.estimate_sum, state.estimate_weight),
         observed.beta_sum,
@@ -192,15 +165,7 @@ def next_width(
         config.idle_decay,
     )
     alpha = current_alpha(estimate, config.prior_alpha, config.prior_weight)
-    long_run = AlphaEstimate(state.alpha_sum, state.alpha_count.double())
-    voters = laggards(
-        current_alpha(long_run, config.prior_alpha, config.prior_weight),
-        (state.max_new - state.generated).double(),
-        ~state.done,
-        max(config.widths),
-        config.laggard_slack,
-    )
-    choice = choose_width(alpha, voters, config.widths, relative_times, config.margin)
+    choice = choose_width(alpha, ~state.done, config.widths, relative_times, config.margin)
     return state._replace(
         estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight
     ), choice
