@@ -567,3 +567,39 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     assert len(tables) == 2  # one per family: greedy and probabilistic drafting
     assert all(0 < t.seconds[2] < 0.5 for t in tables), [t.seconds for t in tables]
     assert observed and max(observed) < 0.5, observed  # no 2 s compile among them
+
+
+def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After K = 0 rounds the draft model catches up on the tokens it missed (one eager call
+    before the next drafting round). That cost is paid once per return from K = 0: timed as
+    the round's, it priced K = 2 out at B = 16 (its one timing probe came right after the K = 0
+    probe). Here the catch-up takes 0.5 s more; the rounds' times stay milliseconds, while the
+    call's stats still count it."""
+    catch_up = SpeculativeDecoder.catch_up_draft
+    calls: list[int] = []
+
+    def slow_catch_up(self, state, rounds_without_draft):
+        calls.append(rounds_without_draft)
+        time.sleep(0.5)
+        return catch_up(self, state, rounds_without_draft)
+
+    monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
+    observed: list[tuple[int, float]] = []
+    observe = minispec.adaptive.RoundTimes.observe
+
+    def recording_observe(self, k: int, seconds: float) -> None:
+        observed.append((k, seconds))
+        observe(self, k, seconds)
+
+    monkeypatch.setattr(minispec.adaptive.RoundTimes, "observe", recording_observe)
+    decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=False)
+    spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(0, 2)))
+    prompt, _ = request(0)
+    params = SamplingParams(temperature=0.0, seed=1, max_new_tokens=12)
+    stats = decoder.generate([prompt], [params], spec).stats
+    assert calls, "no round at K = 2 followed one at K = 0"
+    assert {k for k, _ in observed} == {0, 2}
+    assert max(s for _, s in observed) < 0.5, observed
+    assert stats.time_round >= 0.5 * len(calls)
