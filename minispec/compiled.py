@@ -219,14 +219,15 @@ class AheadOfTime:
 
     def graph_key(self, args: tuple, kwargs: dict) -> tuple:
         """key_of, for Announced, which asks before each call whether it builds a graph."""
+        self.buffers()  # refreshes buffer_shapes if setup_cache ran
         return self.key_of(tree_leaves(args), kwargs)
 
     def key_of(self, leaves: list, kwargs: dict) -> tuple:
         """What tells this graph's package from another's: every input's shape and dtype (or
         value), the static arguments, and the models' buffers. The buffers matter: a K = 0 round
         may first run before the draft has a KV cache, and once it has one, the same round takes
-        four more inputs. Built on every round, so plain tuples, not describe's strings."""
-        self.buffers()  # refreshes buffer_shapes if setup_cache ran
+        four more inputs. Built on every round, so plain tuples, not describe's strings.
+        buffer_shapes must be current: call buffers() first."""
         inputs = tuple(
             (x.shape, x.dtype) if isinstance(x, torch.Tensor) else repr(x) for x in leaves
         )

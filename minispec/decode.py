@@ -377,7 +377,7 @@ class SpeculativeDecoder:
         if k and run.uses_draft and run.rounds_without_draft:
             self.catch_up_draft(run.state, run.rounds_without_draft)
         # The width's time leaves the catch-up out: it is paid once per return from K = 0, and
-        # charged to the round it would price K > 0 out, and so keep the batch at K = 0.
+        # charged to one round it would price K > 0 out, which would keep the batch at K = 0.
         round_start = time.perf_counter()
         host_proposal = None
         if k and run.host_lookup is not None:

@@ -527,6 +527,19 @@ def test_a_tiny_temperature_is_greedy_not_nan() -> None:
     assert out[1e-39].stats.alpha == pytest.approx(out[0.0].stats.alpha)
 
 
+def record_round_times(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float]]:
+    """Every (width, seconds) the round-time table is given, not just its smoothed state."""
+    observed: list[tuple[int, float]] = []
+    observe = minispec.adaptive.RoundTimes.observe
+
+    def recording_observe(self, k: int, seconds: float) -> None:
+        observed.append((k, seconds))
+        observe(self, k, seconds)
+
+    monkeypatch.setattr(minispec.adaptive.RoundTimes, "observe", recording_observe)
+    return observed
+
+
 def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     """The round-time table that "auto" chooses K by holds round times only: one round that
     compiled (seconds, against a millisecond round) would price its width out for good, as it
@@ -548,14 +561,7 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
         return run
 
     monkeypatch.setattr(minispec.compiled.torch, "compile", slow_first_call)
-    observed: list[float] = []  # every time the table is given, not just its smoothed state
-    observe = minispec.adaptive.RoundTimes.observe
-
-    def recording_observe(self, k: int, seconds: float) -> None:
-        observed.append(seconds)
-        observe(self, k, seconds)
-
-    monkeypatch.setattr(minispec.adaptive.RoundTimes, "observe", recording_observe)
+    observed = record_round_times(monkeypatch)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
     spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(2,)))  # every round K = 2
     prompt, _ = request(0)
@@ -566,7 +572,7 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     tables = list(decoder.round_times.values())
     assert len(tables) == 2  # one per family: greedy and probabilistic drafting
     assert all(0 < t.seconds[2] < 0.5 for t in tables), [t.seconds for t in tables]
-    assert observed and max(observed) < 0.5, observed  # no 2 s compile among them
+    assert observed and max(s for _, s in observed) < 0.5, observed  # no 2 s compile among them
 
 
 def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
@@ -586,14 +592,7 @@ def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
         return catch_up(self, state, rounds_without_draft)
 
     monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
-    observed: list[tuple[int, float]] = []
-    observe = minispec.adaptive.RoundTimes.observe
-
-    def recording_observe(self, k: int, seconds: float) -> None:
-        observed.append((k, seconds))
-        observe(self, k, seconds)
-
-    monkeypatch.setattr(minispec.adaptive.RoundTimes, "observe", recording_observe)
+    observed = record_round_times(monkeypatch)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=False)
     spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(0, 2)))
     prompt, _ = request(0)
