@@ -8,7 +8,9 @@ shapes are static: draft steps and a [B, K+1] verify inside the round, a padded 
 it. Finished rows keep computing, frozen in place, rather than shrinking the batch. Python's
 whole per-round work is one call of the round, one device->host read of its snapshot (which
 also decides stopping and, with num_speculative_tokens="auto", the next round's K), the
-streaming callback, and for the suffix proposer a lookup in tokens the host already holds.
+streaming callback, and for the suffix and hybrid proposers a lookup in tokens the host
+already holds. The hybrid has two rounds: its own, where the draft model drafts for the rows
+whose lookup is not trusted, and a lookup round without the draft model, for when every row's is.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import (
     DraftModelProposer,
+    HostLookup,
     HybridProposer,
     NgramProposer,
+    Proposal,
     Proposer,
     SuffixIndex,
     SuffixProposer,
@@ -42,9 +46,10 @@ from sampling.constraints import RowConstraints
 
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
 USES_DRAFT_MODEL = ("draft_model", "hybrid")
-# The hybrid trusts a lookup that matched at least this many tokens of context: on bytes, 8 is
-# about two words or an indented identifier, where a copied continuation is usually right.
-DEFAULT_HYBRID_THRESHOLD = 8
+# The hybrid trusts a lookup that matched at least this many tokens of context: 16, the most
+# either lookup reads (NgramProposer.n_max, the suffix index's DEPTH), an indented identifier
+# and more. On the shipped pair shorter matches propose worse than the draft model does.
+DEFAULT_HYBRID_THRESHOLD = 16
 
 
 class GenerationOutput(NamedTuple):
@@ -66,6 +71,12 @@ def sample_methods(spec: SpeculativeConfig, params: list[SamplingParams]) -> tup
     if rejection_sample_method == "block" and greedy_batch:
         rejection_sample_method = "standard"
     return draft_sample_method, rejection_sample_method
+
+
+def every_lookup_trusted(match_length: list[int], active: list[bool], threshold: int) -> bool:
+    """Whether the hybrid's round can go without the draft model: every row still decoding
+    has a lookup that matched at least `threshold` tokens."""
+    return all(m >= threshold for m, a in zip(match_length, active) if a)
 
 
 class WidthSchedule:
@@ -108,7 +119,10 @@ class DecodeRun:
 
     run_round: Callable  # the compiled round, its static arguments bound
     compiled_round: Announced  # the same round unbound: it says whether its last call compiled
-    host_lookup: SuffixProposer | None  # a proposer that looks up on the host, between rounds
+    host_lookup: SuffixProposer | HostLookup | None  # looks up on the host, between rounds
+    # The hybrid's round without the draft model (bound, unbound), for rounds where every
+    # row's lookup matched at least the threshold; None for the other proposers.
+    lookup_round: tuple[Callable, Announced] | None
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     state: LoopState
     constraints: RowConstraints
@@ -118,7 +132,10 @@ class DecodeRun:
     outputs: list[list[int]]  # per row: the generated ids so far
     origins: list[list[str]]  # per row: where each came from
     histories: list[list[int]]  # per row: prompt and output, what the host lookup reads
-    rounds_without_draft: int = 0  # K = 0 rounds since the draft model last ran
+    active: list[bool]  # per row: not done yet
+    widest: int  # the widest K the call allows: a lookup round's
+    draft_behind: int = 0  # tokens (the most of any row) emitted since the draft model last ran
+    compile_lookup_round: bool = False  # warming up: run one lookup round, whatever matched
     done: bool = False
 
 
@@ -177,16 +194,17 @@ class SpeculativeDecoder:
         key = (name, widest if name == "hybrid" else 0, self.suffix_index is not None)
         if key not in self.rounds:
             suffix = SuffixProposer(self.suffix_index) if self.suffix_index else None
-            lookups = [NgramProposer()] + ([suffix] if suffix else [])
+            lookup = HostLookup(NgramProposer(), suffix)
             proposer = {
                 "draft_model": lambda: DraftModelProposer(self.draft),
                 "ngram": NgramProposer,
                 "suffix": lambda: suffix,
                 "hybrid": lambda: HybridProposer(
-                    lookups, DraftModelProposer(self.draft, widest + 1), self.hybrid_threshold
+                    DraftModelProposer(self.draft, widest + 1), self.hybrid_threshold
                 ),
+                "lookup": lambda: lookup,  # the hybrid's round without the draft model
             }[name]()
-            host_lookup = suffix if name in ("suffix", "hybrid") else None
+            host_lookup = {"suffix": suffix, "hybrid": lookup, "lookup": lookup}.get(name)
             self.rounds[key] = (
                 proposer,
                 host_lookup,
@@ -270,11 +288,12 @@ class SpeculativeDecoder:
         )
 
     @torch.no_grad()
-    def catch_up_draft(self, state: LoopState, rounds_behind: int) -> None:
-        """After rounds without drafts (adaptive K = 0), the draft missed one token per row per
-        round: feed it the row's last rounds_behind + 2 tokens, eagerly, once per switch. (A
-        missed token would not break exactness, only the draft's aim.)"""
-        back = torch.arange(rounds_behind + 1, -1, -1, device=self.device)
+    def catch_up_draft(self, state: LoopState, tokens_behind: int) -> None:
+        """After rounds without the draft model (adaptive K = 0, the hybrid's lookup rounds), it
+        missed up to tokens_behind tokens of a row: feed it the row's last tokens_behind + 2
+        tokens (the 2 its own next round would), eagerly, once per switch. (A missed token would
+        not break exactness, only the draft's aim.)"""
+        back = torch.arange(tokens_behind + 1, -1, -1, device=self.device)
         positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
         self.draft(state.tokens.gather(1, positions), positions)
 
@@ -317,6 +336,12 @@ class SpeculativeDecoder:
         _, host_lookup, compiled_round = self.proposer(
             spec.proposer if widest else "draft_model", widest
         )
+        lookup_round = None
+        if widest and spec.proposer == "hybrid":
+            _, _, compiled_lookup = self.proposer("lookup", widest)
+            # Not adaptive: a lookup round leaves the rows' alpha (the draft model's) and the
+            # next K alone, and its time is not a draft round's.
+            lookup_round = (self.bind_round(compiled_lookup, spec, params, False), compiled_lookup)
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
         state = self.prefill(prompts, params, widest, uses_draft)
@@ -326,6 +351,7 @@ class SpeculativeDecoder:
             run_round=self.bind_round(compiled_round, spec, params),
             compiled_round=compiled_round,
             host_lookup=host_lookup,
+            lookup_round=lookup_round,
             uses_draft=uses_draft,
             state=state,
             constraints=constraints,
@@ -335,20 +361,28 @@ class SpeculativeDecoder:
             outputs=[[] for _ in prompts],
             origins=[[] for _ in prompts],
             histories=[list(p) for p in prompts],
+            active=[True] * len(prompts),
+            widest=widest,
+            compile_lookup_round=warm_up and lookup_round is not None,
         )
 
     def bind_round(
-        self, compiled_round: Announced, spec: SpeculativeConfig, params: list[SamplingParams]
+        self,
+        compiled_round: Announced,
+        spec: SpeculativeConfig,
+        params: list[SamplingParams],
+        adapts: bool = True,
     ) -> Callable:
         """The round with the call's static arguments bound: the sample methods, the EOS id and,
-        with "auto", the adaptive configuration (the round then chooses the next K)."""
+        with "auto" (and `adapts`), the adaptive configuration (the round then chooses the next
+        K)."""
         draft_sample_method, rejection_sample_method = sample_methods(spec, params)
         return partial(
             compiled_round,
             draft_sample_method=draft_sample_method,
             rejection_sample_method=rejection_sample_method,
             eos_token_id=self.eos_token_id,
-            adaptive=spec.adaptive if spec.num_speculative_tokens == "auto" else None,
+            adaptive=spec.adaptive if adapts and spec.num_speculative_tokens == "auto" else None,
         )
 
     def schedule(
@@ -373,19 +407,19 @@ class SpeculativeDecoder:
         """One iteration of the loop: the host's lookup (if any), then Algorithm 1's propose,
         verify, accept and advance in one compiled call, one host read of its snapshot, emit,
         and the next round's K."""
-        start, k = time.perf_counter(), run.schedule.k
-        if k and run.uses_draft and run.rounds_without_draft:
-            self.catch_up_draft(run.state, run.rounds_without_draft)
+        start = time.perf_counter()
+        k, host_proposal, lookup_only = self.look_up(run)
+        lookup_seconds = time.perf_counter() - start  # part of the width's time, unlike:
+        if k and run.uses_draft and run.draft_behind and not lookup_only:
+            self.catch_up_draft(run.state, run.draft_behind)
         # The width's time leaves the catch-up out: it is paid once per return from K = 0, and
         # charged to one round it would price K > 0 out, which would keep the batch at K = 0.
         round_start = time.perf_counter()
-        host_proposal = None
-        if k and run.host_lookup is not None:
-            lookup_start = time.perf_counter()
-            host_proposal = run.host_lookup.host_propose(run.histories, k, self.device)
-            run.stats.time_lookup += time.perf_counter() - lookup_start
-        relative = run.schedule.relative_times
-        run.state, snapshot = run.run_round(
+        run_round, compiled_round = (
+            run.lookup_round if lookup_only else (run.run_round, run.compiled_round)
+        )
+        relative = None if lookup_only else run.schedule.relative_times
+        run.state, snapshot = run_round(
             run.state,
             run.constraints,
             host_proposal,
@@ -394,16 +428,45 @@ class SpeculativeDecoder:
         )
         rows = snapshot.tolist()  # the round's one host read
         end = time.perf_counter()
-        seconds = end - start
         # A compiled round is one guard check; an eager one, none.
-        guard_checks = int(run.compiled_round.compiled)
-        run.stats.count_round(seconds, host_reads=1, compiled_calls=guard_checks, k=k)
-        run.rounds_without_draft = 0 if k else run.rounds_without_draft + 1
-        start = time.perf_counter()
+        guard_checks = int(compiled_round.compiled)
+        run.stats.count_round(end - start, host_reads=1, compiled_calls=guard_checks, k=k)
+        run.stats.lookup_rounds += lookup_only
+        drafted = k and run.uses_draft and not lookup_only
+        run.draft_behind = 0 if drafted else run.draft_behind + max(row[k + 1] for row in rows)
+        run.active = [not row[k + 4] for row in rows]
+        emit_start = time.perf_counter()
         done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
-        run.stats.time_emit += time.perf_counter() - start
-        timed = not run.compiled_round.compiled_last  # a round that compiled is not a round's time
-        run.done = run.schedule.advance(end - round_start if timed else None, rows, done)
+        run.stats.time_emit += time.perf_counter() - emit_start
+        if lookup_only:  # K stays the draft rounds' choice, and the warm-up's plan stands
+            run.compile_lookup_round = False
+            run.done = done and not run.schedule.warm_up
+            return
+        # A round that compiled is not a round's time.
+        seconds = None if compiled_round.compiled_last else lookup_seconds + end - round_start
+        run.done = run.schedule.advance(seconds, rows, done)
+
+    def look_up(self, run: DecodeRun) -> tuple[int, Proposal | None, bool]:
+        """The round's K, the host lookup's proposal (None without one) and whether the round
+        can go without the draft model: the hybrid's, when every active row's lookup matched at
+        least the threshold. Such a round drafts the widest K, which costs it one wider verify
+        only; the choice depends on the rows' tokens so far, so the output stays exact."""
+        k = run.schedule.k
+        if not (k and run.host_lookup is not None):
+            return k, None, False
+        start = time.perf_counter()
+        proposal = run.host_lookup.host_propose(run.histories, run.widest)
+        lookup_only = run.lookup_round is not None and (
+            run.compile_lookup_round
+            or every_lookup_trusted(
+                proposal.match_length.tolist(), run.active, self.hybrid_threshold
+            )
+        )
+        if lookup_only:
+            k = run.widest
+        proposal = proposal.narrowed(k).to(self.device)
+        run.stats.time_lookup += time.perf_counter() - start
+        return k, proposal, lookup_only
 
     @staticmethod
     def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:

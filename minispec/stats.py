@@ -37,6 +37,7 @@ class DecodeStats:
     position_accepted: list[int] = field(default_factory=list)  # i -> rounds, first i+1 accepted
     batch_rounds: int = 0  # loop iterations (one batched target forward each)
     k_histogram: Counter = field(default_factory=Counter)  # K -> batch rounds that used it
+    lookup_rounds: int = 0  # the hybrid's batch rounds without the draft model (in k_histogram)
     compiled_calls: int = 0  # calls into compiled code inside rounds: one guard check each
     host_syncs: int = 0  # device->host reads inside rounds, counted where they happen
     time_prefill: float = 0.0
@@ -116,6 +117,7 @@ class DecodeStats:
             "host_syncs_per_round": self.per_round(self.host_syncs),
             "compiled_calls_per_round": self.per_round(self.compiled_calls),
             "k_histogram": dict(sorted(self.k_histogram.items())),
+            "lookup_rounds": self.lookup_rounds,
             "c": self.cost_ratio(),
             "time_s": {
                 "prefill": self.time_prefill,
@@ -146,6 +148,10 @@ class DecodeStats:
             lines.append(
                 "  K chosen (K: rounds)         "
                 + " ".join(f"{w}: {n}" for w, n in sorted(self.k_histogram.items()))
+            )
+        if self.lookup_rounds:
+            lines.append(
+                f"  rounds without the draft     {self.lookup_rounds} (every row's lookup trusted)"
             )
         lines += [
             f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",

@@ -154,8 +154,8 @@ PROPOSER_CASES = [
     ("hybrid", "standard"),
     ("hybrid", "block"),
 ]
-# + the mixed-temperature batch and the adaptive-K test
-NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 2
+# + the mixed-temperature batch, the adaptive-K test and the hybrid's lookup rounds
+NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 3
 FALSE_ALARM = 1e-6 / NUM_CHI_SQUARE_TESTS
 
 
@@ -289,6 +289,25 @@ def test_every_proposer_keeps_the_law(proposer: str, rejection: str) -> None:
     spec = SpeculativeConfig(3, "probabilistic", rejection, proposer)
     seed_base = 90_000_000 + 1_000_000 * PROPOSER_CASES.index((proposer, rejection))
     assert fit_p_value(spec, groups, seed_base, rows_per_group=2500) > FALSE_ALARM
+
+
+def test_the_hybrids_rounds_without_the_draft_keep_the_law(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a batch this large, every row trusting its lookup (the hybrid's rule for a round
+    without the draft model) never happens: a rule that takes every other round without it
+    stands in, so that rows with a lookup of any length, or none, go through such rounds."""
+    rounds = []
+
+    def every_other_round(match_length, active, threshold) -> bool:
+        rounds.append(len(rounds) % 2 == 1)
+        return rounds[-1]
+
+    monkeypatch.setattr(minispec.decode, "every_lookup_trusted", every_other_round)
+    groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
+    spec = SpeculativeConfig(3, "probabilistic", proposer="hybrid")
+    assert fit_p_value(spec, groups, seed_base=98_000_000, rows_per_group=2500) > FALSE_ALARM
+    assert any(rounds) and not all(rounds)
 
 
 def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:

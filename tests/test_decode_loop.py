@@ -243,7 +243,11 @@ def cache_mismatch(
 
 
 def run_recorded(
-    decoder: SpeculativeDecoder, k: int | str, draft_wrapper=None
+    decoder: SpeculativeDecoder,
+    k: int | str,
+    draft_wrapper=None,
+    proposer: str = "draft_model",
+    prompts: list[list[int]] | None = None,
 ) -> tuple[list[list[int]], GenerationOutput, list]:
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
@@ -251,12 +255,14 @@ def run_recorded(
     decoder.target.forward = Recorder("target", decoder.target.forward, log)
     draft_forward = Recorder("draft", decoder.draft.forward, log)
     decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
-    prompts = [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
+    prompts = prompts or [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
     params = [
         SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m)
         for i, m in enumerate([14, 9, 12])
     ]
-    spec = SpeculativeConfig(k, "probabilistic", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
+    spec = SpeculativeConfig(
+        k, "probabilistic", proposer=proposer, adaptive=AdaptiveConfig(widths=(0, 2, 3))
+    )
     out = decoder.generate(prompts, params, spec)
     del decoder.target.forward, decoder.draft.forward  # back to the models' own forward
     return prompts, out, log
@@ -310,6 +316,28 @@ def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.Mo
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
+def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hybrid's rounds without the draft model (here forced by a fixed pattern; a lookup
+    that no row trusts otherwise, so that its own rounds draft with the model alone) emit up to
+    K + 1 tokens per row that the draft never sees: before it drafts again it is fed them.
+    Four in a row: the draft's window of K + 1 tokens would cover a few of them by itself (and
+    so the prompts are at least K + 1 tokens long)."""
+    turn = iter([False, True, True, True, True, False, False] * 100)
+    monkeypatch.setattr(decode, "every_lookup_trusted", lambda *args: next(turn))
+    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
+    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=99)
+    prompts = [[1, 2, 3, 4], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts)
+    assert 0 < out.stats.lookup_rounds < out.stats.batch_rounds
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
+    monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
+    turn = iter([False, True, True, True, True, False, False] * 100)
+    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts)
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
+
+
 # ---------------------------------------------------------------------------------------------
 # Stats and host reads
 
@@ -360,10 +388,13 @@ def test_the_loop_reads_the_device_once_per_round(
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
+            # look_up reads the host lookup's match lengths: host tensors, computed from the
+            # host's own lists of tokens.
             if caller.co_filename in loop_files and caller.co_name not in (
                 "prefill",
                 "collect",
                 "first_width",
+                "look_up",
             ):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
@@ -586,10 +617,10 @@ def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
     catch_up = SpeculativeDecoder.catch_up_draft
     calls: list[int] = []
 
-    def slow_catch_up(self, state, rounds_without_draft):
-        calls.append(rounds_without_draft)
+    def slow_catch_up(self, state, tokens_behind):
+        calls.append(tokens_behind)
         time.sleep(0.5)
-        return catch_up(self, state, rounds_without_draft)
+        return catch_up(self, state, tokens_behind)
 
     monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
     observed = record_round_times(monkeypatch)

@@ -13,11 +13,11 @@ import torch
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
 from minispec.proposers import (
+    HostLookup,
     HybridProposer,
     NgramProposer,
     Proposal,
     hybrid,
-    longest_match,
     ngram_propose,
     one_hot_probs,
 )
@@ -254,14 +254,35 @@ class Fixed:
         return self.proposal
 
 
-def test_hybrid_proposer_takes_the_longest_lookup_past_its_threshold() -> None:
-    ngram = proposal([[1, 1], [2, 2], [3, 3], [-1, -1]], match=[9, 3, 0, 0])
-    suffix = proposal([[4, 4], [5, 5], [6, 6], [-1, -1]], match=[4, 12, 6, 0])
+def test_hybrid_proposer_takes_the_lookup_past_its_threshold() -> None:
+    lookup = proposal([[1, 1], [5, 5], [6, 6], [-1, -1]], match=[9, 12, 4, 0])
     model = proposal([[7, 7], [7, 7], [7, 7], [7, 7]])
-    hybrid_proposer = HybridProposer([Fixed(ngram), Fixed(suffix)], Fixed(model), threshold=5)
-    p = hybrid_proposer.propose(None, 2, None, None, "greedy", None)
-    assert p.draft_token_ids.tolist() == [[1, 1], [5, 5], [6, 6], [7, 7]]
-    assert p.match_length.tolist() == [9, 12, 6, 0]
-    assert longest_match([ngram, suffix]).match_length.tolist() == [9, 12, 6, 0]
+    p = HybridProposer(Fixed(model), threshold=5).propose(None, 2, None, None, "greedy", lookup)
+    assert p.draft_token_ids.tolist() == [[1, 1], [5, 5], [7, 7], [7, 7]]
+    assert p.match_length.tolist() == [9, 12, 0, 0]  # the model's rows: no match
     with pytest.raises(ValueError, match="threshold"):
-        HybridProposer([Fixed(ngram)], Fixed(model), threshold=0)
+        HybridProposer(Fixed(model), threshold=0)
+    with pytest.raises(ValueError, match="host lookup"):
+        HybridProposer(Fixed(model), threshold=5).propose(None, 2, None, None, "greedy", None)
+
+
+def test_host_lookup_takes_the_longer_of_ngram_and_suffix_row_by_row() -> None:
+    """Row 0 repeats itself (the n-gram lookup matches 6 tokens of its own), row 1 is a cut of
+    the corpus (the suffix index matches all 8 of its tokens), row 2 neither."""
+    corpus = encode("zyxwvuts and so on", bos=False)
+    rows = [
+        encode("abcdef abcdef", bos=False),
+        encode("zyxwvuts", bos=False),
+        encode("qq", bos=False),
+    ]
+    lookup = HostLookup(NgramProposer(), SuffixProposer(SuffixIndex.build(np.array(corpus))))
+    p = lookup.host_propose(rows, 3)
+    assert p.match_length.tolist() == [6, 8, 0]
+    assert p.draft_token_ids.tolist() == [
+        encode(" ab", bos=False),
+        encode(" an", bos=False),
+        [PLACEHOLDER_TOKEN_ID] * 3,
+    ]
+    assert p.num_draft_tokens.tolist() == [3, 3, 0]
+    narrow = p.narrowed(2)
+    assert narrow.draft_token_ids.shape == (3, 2) and narrow.num_draft_tokens.tolist() == [2, 2, 0]

@@ -120,6 +120,7 @@ def paired_row(
         "mean_acceptance_length": statistics.median(s.mean_acceptance_length for s in stats),
         "k_histogram": dict(sorted(sum((s.k_histogram for s in stats), Counter()).items())),
         "lookup_share": sum(s.time_lookup for s in stats) / sum(s.time_round for s in stats),
+        "lookup_rounds": sum(s.lookup_rounds for s in stats) / sum(s.batch_rounds for s in stats),
     }
 
 
@@ -236,7 +237,7 @@ def warm_up(decoder, prompts, specs, temperature) -> None:
 
 HEADER = (
     "| set | B | T | proposer | speedup (min-max) | tok/s | alpha | accept len | K chosen | "
-    "lookup share |\n|---|---|---|---|---|---|---|---|---|---|"
+    "lookup share | rounds without the draft |\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -247,7 +248,7 @@ def format_row(r: dict) -> str:
         f"| {r['prompt_set']} | {r.get('B', 1)} | {r['temperature']:g} | {r['proposer']} | "
         f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}) | {r['tokens_per_s']:.1f} | "
         f"{r['alpha']:.3f} | {r['mean_acceptance_length']:.2f} | {ks} | "
-        f"{100 * r['lookup_share']:.1f} % |"
+        f"{100 * r['lookup_share']:.1f} % | {100 * r['lookup_rounds']:.0f} % |"
     )
 
 

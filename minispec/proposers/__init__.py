@@ -4,11 +4,13 @@
 - ``NgramProposer``: the request's own prompt and output (prompt lookup), tensor ops.
 - ``SuffixProposer``: the longest match of the recent context in a corpus (``SuffixIndex``), the
   most frequent continuation; looked up on the host, between rounds.
-- ``HybridProposer``: per row, a lookup's proposal where it matched enough context, a draft
-  model's elsewhere.
+- ``HostLookup``: the n-gram and suffix lookups together, on the host, the longer match per row.
+- ``HybridProposer``: per row, the host lookup's proposal where it matched enough context, a
+  draft model's elsewhere.
 """
 
 from minispec.proposers.draft_model import DraftModelProposer
+from minispec.proposers.lookup import HostLookup
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import (
     HybridProposer,
@@ -22,6 +24,7 @@ from minispec.proposers.suffix import SuffixIndex, SuffixProposer
 
 __all__ = [
     "DraftModelProposer",
+    "HostLookup",
     "HybridProposer",
     "NgramProposer",
     "Proposal",

@@ -4,7 +4,8 @@ Each row looks for the most recent earlier occurrence of its own last n tokens, 
 to n_min, in everything it holds (prompt and output), and proposes the tokens that followed it.
 A byte-level model copies long runs (one identifier is many tokens), so this is where drafts
 cost nothing and are often right. No Python loop over rows, no data-dependent shapes: it
-compiles with fullgraph=True into one graph per (B, S, K) and can live inside a compiled round.
+compiles with fullgraph=True into one graph per (B, S, K) and can live inside a compiled round,
+or run eagerly on the host, on the tokens the host already holds (the hybrid's lookup).
 """
 
 from __future__ import annotations
@@ -87,3 +88,12 @@ class NgramProposer:
         return ngram_propose(
             state.tokens, state.seq_len, num_speculative_tokens, self.n_min, self.n_max
         )
+
+    def host_propose(self, histories: list[list[int]], k: int) -> Proposal:
+        """The same lookup on the host: histories holds each row's tokens so far (prompt and
+        output), as the loop keeps them. Host tensors."""
+        tokens = torch.zeros(len(histories), max(map(len, histories)), dtype=torch.long)
+        for b, history in enumerate(histories):
+            tokens[b, : len(history)] = torch.tensor(history)
+        seq_len = torch.tensor([len(h) for h in histories])
+        return ngram_propose(tokens, seq_len, k, self.n_min, self.n_max)

@@ -31,6 +31,21 @@ class Proposal(NamedTuple):
     # leaves it None. The hybrid trusts a lookup only past a threshold on it.
     match_length: torch.Tensor | None = None
 
+    def to(self, device: torch.device | str) -> Proposal:
+        """On `device`: a host lookup's proposal goes to the round as an input."""
+        return Proposal(*(None if t is None else t.to(device) for t in self))
+
+    def narrowed(self, k: int) -> Proposal:
+        """The first k drafts of each row: a lookup made as wide as the widest round, for a
+        narrower one."""
+        probs = None if self.draft_probs is None else self.draft_probs[:, :k]
+        return Proposal(
+            self.draft_token_ids[:, :k],
+            self.num_draft_tokens.clamp(max=k),
+            probs,
+            self.match_length,
+        )
+
 
 class Proposer(Protocol):
     """Anything that drafts up to K tokens per row, called inside the compiled round.
@@ -98,14 +113,15 @@ def longest_match(proposals: list[Proposal]) -> Proposal:
 
 
 class HybridProposer:
-    """Per row and round: the lookups' proposal where it matched at least `threshold` tokens of
-    context, the fallback's (a draft model) elsewhere. Exact whatever the threshold: the choice
-    depends on the row's tokens so far, never on this round's noise, and each row keeps its q."""
+    """Per row and round: the host lookup's proposal (HostLookup, passed in as host_proposal)
+    where it matched at least `threshold` tokens of context, the fallback's (a draft model)
+    elsewhere. Exact whatever the threshold: the choice depends on the row's tokens so far, never
+    on this round's noise, and each row keeps its q."""
 
-    def __init__(self, lookups: list[Proposer], fallback: Proposer, threshold: int) -> None:
+    def __init__(self, fallback: Proposer, threshold: int) -> None:
         if not (isinstance(threshold, int) and threshold >= 1):
             raise ValueError(f"threshold must be an int >= 1, got {threshold!r}")
-        self.lookups, self.fallback, self.threshold = lookups, fallback, threshold
+        self.fallback, self.threshold = fallback, threshold
 
     def propose(
         self,
@@ -116,13 +132,9 @@ class HybridProposer:
         draft_sample_method: str,
         host_proposal: Proposal | None,
     ) -> Proposal:
-        args = (
-            state,
-            num_speculative_tokens,
-            constraints,
-            noise,
-            draft_sample_method,
-            host_proposal,
+        if host_proposal is None:
+            raise ValueError("the hybrid needs the host lookup's proposal for this round")
+        model = self.fallback.propose(
+            state, num_speculative_tokens, constraints, noise, draft_sample_method, None
         )
-        lookup = longest_match([p.propose(*args) for p in self.lookups])
-        return hybrid(lookup, self.fallback.propose(*args), lookup.match_length >= self.threshold)
+        return hybrid(host_proposal, model, host_proposal.match_length >= self.threshold)

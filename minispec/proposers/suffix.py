@@ -165,13 +165,10 @@ class SuffixProposer:
     def __init__(self, index: SuffixIndex) -> None:
         self.index = index
 
-    def host_propose(
-        self, histories: list[list[int]], k: int, device: torch.device | str = "cpu"
-    ) -> Proposal:
-        """histories: each row's tokens so far (prompt and output). The Proposal comes back on
-        `device`: a host-to-device copy, which needs no sync."""
-        proposal = self.index.propose_rows([np.asarray(h[-DEPTH:]) for h in histories], k)
-        return Proposal(*(None if t is None else t.to(device) for t in proposal))
+    def host_propose(self, histories: list[list[int]], k: int) -> Proposal:
+        """histories: each row's tokens so far (prompt and output). Host tensors: the loop
+        copies them to the device, which needs no sync."""
+        return self.index.propose_rows([np.asarray(h[-DEPTH:]) for h in histories], k)
 
     def propose(
         self,

@@ -1,0 +1,50 @@
+"""The hybrid's lookups, on the host: the n-gram match in the row's own tokens and, when the
+decoder has one, the suffix index over a corpus; row by row, the longer match wins.
+
+They run between rounds, on the tokens the host already holds from the round's one read, so
+the match lengths are known on the host before the round starts. That is what lets the loop
+skip the draft model in a round where every row's lookup is trusted (decode.py): such a round
+costs one target verify, where a draft model's costs K draft steps more.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from minispec.proposers.ngram import NgramProposer
+from minispec.proposers.proposal import Proposal, longest_match
+from minispec.proposers.suffix import SuffixProposer
+
+if TYPE_CHECKING:
+    import torch
+
+    from minispec.state import LoopState
+    from sampling.constraints import RowConstraints
+
+
+class HostLookup:
+    """Deterministic (draft_probs None). As a proposer inside a round it passes on the
+    Proposal the host computed for that round."""
+
+    def __init__(self, ngram: NgramProposer, suffix: SuffixProposer | None = None) -> None:
+        self.ngram, self.suffix = ngram, suffix
+
+    def host_propose(self, histories: list[list[int]], k: int) -> Proposal:
+        """histories: each row's tokens so far (prompt and output). Host tensors."""
+        proposals = [self.ngram.host_propose(histories, k)]
+        if self.suffix is not None:
+            proposals.append(self.suffix.host_propose(histories, k))
+        return longest_match(proposals)
+
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal:
+        if host_proposal is None:
+            raise ValueError("a host lookup needs the host's proposal for this round")
+        return host_proposal
