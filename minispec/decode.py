@@ -75,8 +75,9 @@ def sample_methods(spec: SpeculativeConfig, params: list[SamplingParams]) -> tup
 
 def every_lookup_trusted(match_length: list[int], active: list[bool], threshold: int) -> bool:
     """Whether the hybrid's round can go without the draft model: every row still decoding
-    has a lookup that matched at least `threshold` tokens."""
-    return all(m >= threshold for m, a in zip(match_length, active) if a)
+    has a lookup that matched at least `threshold` tokens (and some row is: a warm-up goes on
+    past its rows' end, through every width of the hybrid's own round)."""
+    return any(active) and all(m >= threshold for m, a in zip(match_length, active) if a)
 
 
 class WidthSchedule:

@@ -338,6 +338,20 @@ def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
+def test_a_hybrid_warm_up_runs_each_width_and_one_lookup_round() -> None:
+    """warm_up: one round at each width and one lookup round, so that a timed run compiles
+    nothing, and then it stops, even on a prompt that repeats (every lookup trusted) and rows
+    that finish in the first rounds."""
+    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
+    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
+    params = [SamplingParams(temperature=0.0, max_new_tokens=2) for _ in range(2)]
+    spec = SpeculativeConfig("auto", proposer="hybrid", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4, 5, 6]]
+    stats = decoder.generate(prompts, params, spec, warm_up=True).stats
+    assert stats.lookup_rounds == 1
+    assert stats.k_histogram == {0: 1, 2: 1, 3: 2}  # the lookup round at the widest K, 3
+
+
 # ---------------------------------------------------------------------------------------------
 # Stats and host reads
 
