@@ -21,6 +21,7 @@ from minispec.proposers import (
     ngram_propose,
     one_hot_probs,
 )
+from minispec.proposers.ngram import most_recent
 from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
 from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode
@@ -86,22 +87,38 @@ def test_only_the_rows_own_tokens_count() -> None:
     assert torch.equal(alone.draft_token_ids[0], p.draft_token_ids[0])
 
 
+def random_rows(seed: int, count: int = 200) -> list[list[int]]:
+    """Small alphabets make many matches of every length, near the start and the end; ids up
+    to 2^40 in a few rows, so that a byte search that ignored token boundaries would err."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(count):
+        length = int(torch.randint(1, 40, (), generator=gen))
+        row = torch.randint(0, 3 + i % 3, (length,), generator=gen)
+        rows.append((row * (2**40 + 1 if i % 4 == 3 else 1)).tolist())
+    return rows
+
+
 @pytest.mark.parametrize("n_min,n_max", [(1, 1), (2, 5), (3, 16)])
 def test_matches_the_plain_loop_on_random_rows(n_min: int, n_max: int) -> None:
-    """Small alphabets make many matches of every length, near the start and the end."""
-    gen = torch.Generator().manual_seed(n_max)
-    rows = [
-        torch.randint(
-            0, 3 + i % 3, (int(torch.randint(1, 40, (), generator=gen)),), generator=gen
-        ).tolist()
-        for i in range(200)
-    ]
+    rows = random_rows(n_max)
     tokens, seq_len = batch(rows, width=48, fill=1)
     p = ngram_propose(tokens, seq_len, 6, n_min, n_max)
+    host = NgramProposer(n_min, n_max).host_propose(rows, 6)
     for i, row in enumerate(rows):
         drafts, n = reference(row, 6, n_min, n_max)
-        assert (p.draft_token_ids[i].tolist(), p.match_length[i].item()) == (drafts, n), row
-        assert p.num_draft_tokens[i].item() == (6 if n else 0)
+        for q in (p, host):  # the round's tensor ops and the hybrid's byte search
+            assert (q.draft_token_ids[i].tolist(), q.match_length[i].item()) == (drafts, n), row
+            assert q.num_draft_tokens[i].item() == (6 if n else 0)
+
+
+def test_the_byte_search_respects_token_boundaries() -> None:
+    """Tokens are 8 bytes here: [1, 256, 0] is 01 00.. | 00 01 00.. | 00 00..; the bytes of
+    token 1 (01 00..) also occur from byte 9, straddling two tokens, and there is no token 0
+    in [1, 256] though its bytes (00 x 8) occur from byte 1."""
+    token = lambda *ids: np.asarray(ids, np.int64).tobytes()  # noqa: E731
+    assert most_recent(token(1, 256, 0), token(1), 24, 8) == 0
+    assert most_recent(token(1, 256, 9), token(0), 24, 8) == -1
 
 
 def test_compiled_equals_eager_and_compiles_once_per_shape() -> None:

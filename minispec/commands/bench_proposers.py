@@ -98,9 +98,10 @@ def paired_row(
     max_new: int,
     pairs: int,
     batch: bool,
+    baseline: SpeculativeConfig = SpeculativeConfig(0),
 ) -> dict:
-    """spec against K = 0, interleaved: the median speedup of the pairs, and spec's stats."""
-    baseline = SpeculativeConfig(0)
+    """spec against the baseline (K = 0), interleaved: the median speedup of the pairs, and
+    spec's stats."""
     warm_up(decoder, prompts if batch else prompts[:1], [spec, baseline], temperature)
     runs = [
         (
@@ -132,7 +133,9 @@ def proposer_table(
     pairs: int,
     proposers: tuple[str, ...] = PROPOSERS,
 ) -> list[dict]:
-    """Part 1: each proposer x temperature x prompt set, B = 1, K = auto."""
+    """Part 1: each proposer x temperature x prompt set, B = 1, K = auto; and with both the
+    hybrid and the draft model, the hybrid against the draft model alone, interleaved (its
+    goal: never slower), the row's proposer then reading "hybrid / draft_model"."""
     # Room for the new tokens and the widest round's drafts in the 512-token context.
     room = decoder.target.config.max_seq_len - max_new - max(AdaptiveConfig().widths)
     sets = {"plain": plain, "edit": edit_prompts(len(plain), room)}
@@ -151,6 +154,20 @@ def proposer_table(
                     batch=False,
                 )
                 row["prompt_set"] = name
+                print(format_row(row), flush=True)
+                rows.append(row)
+            if {"hybrid", "draft_model"} <= set(proposers):
+                row = paired_row(
+                    decoder,
+                    prompts,
+                    SpeculativeConfig(proposer="hybrid"),
+                    temperature,
+                    max_new,
+                    pairs,
+                    batch=False,
+                    baseline=SpeculativeConfig(proposer="draft_model"),
+                )
+                row.update(proposer="hybrid / draft_model", prompt_set=name)
                 print(format_row(row), flush=True)
                 rows.append(row)
     return rows
