@@ -150,6 +150,55 @@ class RoundTimes:
         )
 
 
+@dataclass(slots=True)
+class LookupGate:
+    """Host-side: whether the hybrid takes a lookup round (no draft model, the widest K) when
+    every row's lookup matched the threshold. A long match is no promise on its own: the shipped
+    target often leaves a 16-token match of the corpus or of its own text, and a lookup round
+    that keeps 2 tokens is slower than a draft round that keeps 5. So the gate compares the two
+    kinds of round by tokens per second, each a running mean of what it measured.
+
+    A draft round taken while every lookup was trusted also tells what the lookup would have
+    kept: its drafts' agreement with the tokens the round emitted. At T = 0 that is exact up to
+    the emitted count (a lower bound there); at T > 0 a guess. It keeps the lookup's estimate
+    alive while the gate is shut, so a shut gate opens again when lookups start to agree. Before
+    either side is measured, the gate is open: one lookup round measures it. Exact whatever it
+    decides: it reads past rounds only."""
+
+    smoothing: float = 0.3  # weight of the newest measurement
+    lookup_seconds: float | None = None  # per lookup round
+    lookup_tokens: float | None = None  # emitted per lookup round (the batch's)
+    draft_rate: float | None = None  # tokens per second of the hybrid's own rounds
+
+    def mean(self, old: float | None, new: float) -> float:
+        return new if old is None else (1 - self.smoothing) * old + self.smoothing * new
+
+    def open(self) -> bool:
+        if None in (self.lookup_seconds, self.lookup_tokens, self.draft_rate):
+            return True
+        return self.lookup_tokens / self.lookup_seconds >= self.draft_rate
+
+    def observe_lookup_round(self, seconds: float, tokens: int) -> None:
+        self.lookup_seconds = self.mean(self.lookup_seconds, seconds)
+        self.lookup_tokens = self.mean(self.lookup_tokens, tokens)
+
+    def observe_draft_round(self, seconds: float, tokens: int, lookup_tokens: int | None) -> None:
+        """lookup_tokens: what a lookup round would have emitted (None: some row's lookup was
+        not trusted, so no lookup round was on offer)."""
+        self.draft_rate = self.mean(self.draft_rate, tokens / seconds)
+        if lookup_tokens is not None:
+            self.lookup_tokens = self.mean(self.lookup_tokens, lookup_tokens)
+
+
+def would_keep(drafts: list[int], emitted: list[int]) -> int:
+    """Tokens a round with these drafts would have emitted, judged by the tokens a round did
+    emit: 1 + the drafts that agree with them, up to the first that does not."""
+    agree = 0
+    while agree < min(len(drafts), len(emitted)) and drafts[agree] == emitted[agree]:
+        agree += 1
+    return 1 + agree
+
+
 def next_width(
     state: LoopState, observed: Observation, config: AdaptiveConfig, relative_times: torch.Tensor
 ) -> tuple[LoopState, torch.Tensor]:

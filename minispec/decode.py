@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.adaptive import AdaptiveConfig, RoundTimes, choose_width
+from minispec.adaptive import AdaptiveConfig, LookupGate, RoundTimes, choose_width, would_keep
 from minispec.compiled import Announced, compile_fn
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
@@ -122,8 +122,10 @@ class DecodeRun:
     compiled_round: Announced  # the same round unbound: it says whether its last call compiled
     host_lookup: SuffixProposer | HostLookup | None  # looks up on the host, between rounds
     # The hybrid's round without the draft model (bound, unbound), for rounds where every
-    # row's lookup matched at least the threshold; None for the other proposers.
+    # row's lookup matched at least the threshold, and what decides whether to take it; None
+    # for the other proposers.
     lookup_round: tuple[Callable, Announced] | None
+    gate: LookupGate | None
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     state: LoopState
     constraints: RowConstraints
@@ -136,6 +138,8 @@ class DecodeRun:
     active: list[bool]  # per row: not done yet
     widest: int  # the widest K the call allows: a lookup round's
     draft_behind: int = 0  # tokens (the most of any row) emitted since the draft model last ran
+    # this round's lookup drafts per row, when every active row trusted its lookup
+    trusted_drafts: list[list[int]] | None = None
     compile_lookup_round: bool = False  # warming up: run one lookup round, whatever matched
     done: bool = False
 
@@ -188,6 +192,8 @@ class SpeculativeDecoder:
         self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
         # adaptive K's measurements, per (proposer, batch size)
         self.round_times: dict[tuple[str, int, str, str], RoundTimes] = {}
+        # the hybrid's lookup rounds against its own, per (batch size, sample methods)
+        self.lookup_gates: dict[tuple[int, str, str], LookupGate] = {}
 
     def proposer(self, name: str, widest: int) -> tuple[Proposer, SuffixProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
@@ -337,8 +343,11 @@ class SpeculativeDecoder:
         _, host_lookup, compiled_round = self.proposer(
             spec.proposer if widest else "draft_model", widest
         )
-        lookup_round = None
+        lookup_round = gate = None
         if widest and spec.proposer == "hybrid":
+            gate = self.lookup_gates.setdefault(
+                (len(prompts), *sample_methods(spec, params)), LookupGate()
+            )
             _, _, compiled_lookup = self.proposer("lookup", widest)
             # Not adaptive: a lookup round leaves the rows' alpha (the draft model's) and the
             # next K alone, and its time is not a draft round's.
@@ -353,6 +362,7 @@ class SpeculativeDecoder:
             compiled_round=compiled_round,
             host_lookup=host_lookup,
             lookup_round=lookup_round,
+            gate=gate,
             uses_draft=uses_draft,
             state=state,
             constraints=constraints,
@@ -435,6 +445,10 @@ class SpeculativeDecoder:
         run.stats.lookup_rounds += lookup_only
         drafted = k and run.uses_draft and not lookup_only
         run.draft_behind = 0 if drafted else run.draft_behind + max(row[k + 1] for row in rows)
+        # A round that compiled is not a round's time.
+        seconds = None if compiled_round.compiled_last else lookup_seconds + end - round_start
+        if run.gate is not None and k and seconds is not None:
+            self.observe_lookup_gate(run, rows, k, lookup_only, seconds)
         run.active = [not row[k + 4] for row in rows]
         emit_start = time.perf_counter()
         done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
@@ -443,25 +457,45 @@ class SpeculativeDecoder:
             run.compile_lookup_round = False
             run.done = done and not run.schedule.warm_up
             return
-        # A round that compiled is not a round's time.
-        seconds = None if compiled_round.compiled_last else lookup_seconds + end - round_start
         run.done = run.schedule.advance(seconds, rows, done)
+
+    @staticmethod
+    def observe_lookup_gate(
+        run: DecodeRun, rows: list[list[int]], k: int, lookup_only: bool, seconds: float
+    ) -> None:
+        """Tell the hybrid's gate what a round at width k with a host lookup emitted, and, for
+        one of its own rounds taken while every lookup was trusted, what a lookup round would
+        have (rows done before the round emit nothing and count for nothing)."""
+        tokens = sum(row[k + 1] for row in rows)
+        if lookup_only:
+            run.gate.observe_lookup_round(seconds, tokens)
+            return
+        lookup_tokens = None
+        if run.trusted_drafts is not None:
+            lookup_tokens = sum(
+                would_keep(drafts, row[: row[k + 1]])
+                for drafts, row, active in zip(run.trusted_drafts, rows, run.active)
+                if active
+            )
+        run.gate.observe_draft_round(seconds, tokens, lookup_tokens)
 
     def look_up(self, run: DecodeRun) -> tuple[int, Proposal | None, bool]:
         """The round's K, the host lookup's proposal (None without one) and whether the round
         can go without the draft model: the hybrid's, when every active row's lookup matched at
-        least the threshold. Such a round drafts the widest K, which costs it one wider verify
-        only; the choice depends on the rows' tokens so far, so the output stays exact."""
+        least the threshold and lookup rounds have paid so far (LookupGate). Such a round drafts
+        the widest K, which costs it one wider verify only; the choice depends on the rows'
+        tokens so far and past timings, so the output stays exact."""
         k = run.schedule.k
         if not (k and run.host_lookup is not None):
             return k, None, False
         start = time.perf_counter()
         proposal = run.host_lookup.host_propose(run.histories, run.widest)
+        trusted = run.lookup_round is not None and every_lookup_trusted(
+            proposal.match_length.tolist(), run.active, self.hybrid_threshold
+        )
+        run.trusted_drafts = proposal.draft_token_ids.tolist() if trusted else None
         lookup_only = run.lookup_round is not None and (
-            run.compile_lookup_round
-            or every_lookup_trusted(
-                proposal.match_length.tolist(), run.active, self.hybrid_threshold
-            )
+            run.compile_lookup_round or (trusted and run.gate.open())
         )
         if lookup_only:
             k = run.widest

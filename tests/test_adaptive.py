@@ -9,12 +9,14 @@ from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
 from minispec.adaptive import (
     AdaptiveConfig,
+    LookupGate,
     RoundTimes,
     choose_width,
     current_alpha,
     expected_tokens,
     initial_estimate,
     update_estimate,
+    would_keep,
 )
 from minispec.decode import WidthSchedule
 from minispec.stats import predicted_speedup
@@ -204,3 +206,21 @@ def test_width_schedule_times_every_width_once_before_following_the_choice() -> 
     other = WidthSchedule((0, 2), RoundTimes(c=0.1), warm_up=False)
     other.advance(None, [[1]], done=False)
     assert other.k == 0
+
+
+def test_lookup_gate_opens_while_lookup_rounds_pay_and_reopens_when_lookups_agree() -> None:
+    gate = LookupGate(smoothing=0.5)
+    assert gate.open()  # nothing measured: one lookup round measures it
+    gate.observe_lookup_round(seconds=0.010, tokens=2)  # 200 tokens/s
+    assert gate.open()  # no draft round yet
+    gate.observe_draft_round(seconds=0.020, tokens=6, lookup_tokens=None)  # 300 tokens/s
+    assert not gate.open()
+    # Draft rounds taken while every lookup was trusted say the lookup would have kept 6:
+    gate.observe_draft_round(seconds=0.020, tokens=6, lookup_tokens=6)  # lookup mean 4: 400/s
+    assert gate.open()
+
+
+def test_would_keep_counts_the_drafts_that_agree_with_what_was_emitted() -> None:
+    assert would_keep([5, 6, 7], [5, 6, 9, 1]) == 3  # two agree, the third would be corrected
+    assert would_keep([5, 6, 7], [4]) == 1
+    assert would_keep([5, 6, 7], [5, 6]) == 3  # all that was emitted agrees: at least 3

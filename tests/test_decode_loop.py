@@ -28,7 +28,7 @@ import minispec.decode as decode
 import minispec.rng
 import minispec.round
 import minispec.state
-from minispec.adaptive import AdaptiveConfig
+from minispec.adaptive import AdaptiveConfig, LookupGate
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
@@ -326,6 +326,7 @@ def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
     so the prompts are at least K + 1 tokens long)."""
     turn = iter([False, True, True, True, True, False, False] * 100)
     monkeypatch.setattr(decode, "every_lookup_trusted", lambda *args: next(turn))
+    monkeypatch.setattr(LookupGate, "open", lambda self: True)
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=99)
     prompts = [[1, 2, 3, 4], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
