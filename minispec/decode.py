@@ -483,7 +483,8 @@ class SpeculativeDecoder:
         """The round's K, the host lookup's proposal (None without one) and whether the round
         can go without the draft model: the hybrid's, when every active row's lookup matched at
         least the threshold and lookup rounds have paid so far (LookupGate). Such a round drafts
-        the widest K, which costs it one wider verify only; the choice depends on the rows'
+        the widest K, which costs it one wider verify only. While the gate is shut, no row takes
+        its lookup's drafts in the hybrid's own round either. The choices depend on the rows'
         tokens so far and past timings, so the output stays exact."""
         k = run.schedule.k
         if not (k and run.host_lookup is not None):
@@ -494,11 +495,14 @@ class SpeculativeDecoder:
             proposal.match_length.tolist(), run.active, self.hybrid_threshold
         )
         run.trusted_drafts = proposal.draft_token_ids.tolist() if trusted else None
+        gate_open = run.gate is None or run.gate.open()
         lookup_only = run.lookup_round is not None and (
-            run.compile_lookup_round or (trusted and run.gate.open())
+            run.compile_lookup_round or (trusted and gate_open)
         )
         if lookup_only:
             k = run.widest
+        elif not gate_open:  # lookups have not paid lately: the draft model drafts every row
+            proposal = proposal._replace(match_length=torch.zeros_like(proposal.match_length))
         proposal = proposal.narrowed(k).to(self.device)
         run.stats.time_lookup += time.perf_counter() - start
         return k, proposal, lookup_only

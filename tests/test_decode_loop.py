@@ -339,6 +339,26 @@ def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
+@pytest.mark.parametrize("gate_open", [False, True])
+def test_a_shut_lookup_gate_leaves_every_row_to_the_draft_model(
+    gate_open: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gate shut, the hybrid drafts as the draft model alone does: the same rounds, the same
+    accepted drafts (T = 0, greedy drafts). Open, on prompts that repeat, it does not (power)."""
+    monkeypatch.setattr(LookupGate, "open", lambda self: gate_open)
+    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
+    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4, 5, 6]]
+    params = [SamplingParams(temperature=0.0, max_new_tokens=12) for _ in prompts]
+    stats = {
+        proposer: decoder.generate(prompts, params, SpeculativeConfig(3, proposer=proposer)).stats
+        for proposer in ("draft_model", "hybrid")
+    }
+    same = [(s.batch_rounds, s.accepted, s.drafted) for s in stats.values()]
+    assert (same[0] == same[1]) != gate_open
+    assert (stats["hybrid"].lookup_rounds > 0) == gate_open
+
+
 def test_a_hybrid_warm_up_runs_each_width_and_one_lookup_round() -> None:
     """warm_up: one round at each width and one lookup round, so that a timed run compiles
     nothing, and then it stops, even on a prompt that repeats (every lookup trusted) and rows
