@@ -161,11 +161,14 @@ class LookupGate:
     A draft round taken while every lookup was trusted also tells what the lookup would have
     kept: its drafts' agreement with the tokens the round emitted. At T = 0 that is exact up to
     the emitted count (a lower bound there); at T > 0 a guess. It keeps the lookup's estimate
-    alive while the gate is shut, so a shut gate opens again when lookups start to agree. Before
-    either side is measured, the gate is open: one lookup round measures it. Exact whatever it
-    decides: it reads past rounds only."""
+    alive while the gate is shut, so a shut gate opens again when lookups start to agree. The
+    lookups themselves cost 4-6 % of a round on the host, so while the gate is shut they run in
+    one round of `probe_every` only. Before either side is measured, the gate is open: one
+    lookup round measures it. Exact whatever it decides: it reads past rounds only."""
 
     smoothing: float = 0.3  # weight of the newest measurement
+    probe_every: int = 8
+    rounds_shut: int = 0  # rounds since the lookups last ran while shut
     lookup_seconds: float | None = None  # per lookup round
     lookup_tokens: float | None = None  # emitted per lookup round (the batch's)
     draft_rate: float | None = None  # tokens per second of the hybrid's own rounds
@@ -177,6 +180,15 @@ class LookupGate:
         if None in (self.lookup_seconds, self.lookup_tokens, self.draft_rate):
             return True
         return self.lookup_tokens / self.lookup_seconds >= self.draft_rate
+
+    def should_look(self) -> bool:
+        """Whether this round runs the lookups: always while open, one round in probe_every
+        while shut."""
+        if self.open():
+            self.rounds_shut = 0
+            return True
+        self.rounds_shut = (self.rounds_shut + 1) % self.probe_every
+        return self.rounds_shut == 0
 
     def observe_lookup_round(self, seconds: float, tokens: int) -> None:
         self.lookup_seconds = self.mean(self.lookup_seconds, seconds)

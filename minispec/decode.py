@@ -42,6 +42,7 @@ from minispec.state import LoopState
 from minispec.stats import DecodeStats
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
+from sampling import PLACEHOLDER_TOKEN_ID
 from sampling.constraints import RowConstraints
 
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
@@ -71,6 +72,12 @@ def sample_methods(spec: SpeculativeConfig, params: list[SamplingParams]) -> tup
     if rejection_sample_method == "block" and greedy_batch:
         rejection_sample_method = "standard"
     return draft_sample_method, rejection_sample_method
+
+
+def no_match(batch_size: int, k: int) -> Proposal:
+    """A lookup's proposal where no row matched: the round's input when the lookups skip it."""
+    zeros = torch.zeros(batch_size, dtype=torch.long)
+    return Proposal(torch.full((batch_size, k), PLACEHOLDER_TOKEN_ID), zeros, None, zeros)
 
 
 def every_lookup_trusted(match_length: list[int], active: list[bool], threshold: int) -> bool:
@@ -490,6 +497,9 @@ class SpeculativeDecoder:
         if not (k and run.host_lookup is not None):
             return k, None, False
         start = time.perf_counter()
+        if run.gate is not None and not run.gate.should_look():
+            run.trusted_drafts = None
+            return k, no_match(len(run.histories), k).to(self.device), False
         proposal = run.host_lookup.host_propose(run.histories, run.widest)
         trusted = run.lookup_round is not None and every_lookup_trusted(
             proposal.match_length.tolist(), run.active, self.hybrid_threshold

@@ -220,6 +220,14 @@ def test_lookup_gate_opens_while_lookup_rounds_pay_and_reopens_when_lookups_agre
     assert gate.open()
 
 
+def test_a_shut_lookup_gate_runs_the_lookups_in_one_round_of_probe_every() -> None:
+    gate = LookupGate(probe_every=4, lookup_seconds=0.01, lookup_tokens=1, draft_rate=300)
+    assert not gate.open()
+    assert [gate.should_look() for _ in range(8)] == [False, False, False, True] * 2
+    gate.draft_rate = 50  # lookup rounds pay again: every round looks
+    assert all(gate.should_look() for _ in range(4))
+
+
 def test_would_keep_counts_the_drafts_that_agree_with_what_was_emitted() -> None:
     assert would_keep([5, 6, 7], [5, 6, 9, 1]) == 3  # two agree, the third would be corrected
     assert would_keep([5, 6, 7], [4]) == 1
