@@ -37,10 +37,11 @@ class Proposal(NamedTuple):
 
     def narrowed(self, k: int) -> Proposal:
         """The first k drafts of each row: a lookup made as wide as the widest round, for a
-        narrower one."""
-        probs = None if self.draft_probs is None else self.draft_probs[:, :k]
+        narrower one. Contiguous, as a fresh tensor is: a compiled round guards on its inputs'
+        strides, and a slice's would compile it again."""
+        probs = None if self.draft_probs is None else self.draft_probs[:, :k].contiguous()
         return Proposal(
-            self.draft_token_ids[:, :k],
+            self.draft_token_ids[:, :k].contiguous(),
             self.num_draft_tokens.clamp(max=k),
             probs,
             self.match_length,
