@@ -75,9 +75,10 @@ def sample_methods(spec: SpeculativeConfig, params: list[SamplingParams]) -> tup
 
 
 def no_match(batch_size: int, k: int) -> Proposal:
-    """A lookup's proposal where no row matched: the round's input when the lookups skip it."""
-    zeros = torch.zeros(batch_size, dtype=torch.long)
-    return Proposal(torch.full((batch_size, k), PLACEHOLDER_TOKEN_ID), zeros, None, zeros)
+    """A lookup's proposal where no row matched: the round's input when the lookups skip it.
+    Two zero tensors, not one twice: a compiled round guards on which of its inputs alias."""
+    zeros = lambda: torch.zeros(batch_size, dtype=torch.long)  # noqa: E731
+    return Proposal(torch.full((batch_size, k), PLACEHOLDER_TOKEN_ID), zeros(), None, zeros())
 
 
 def every_lookup_trusted(match_length: list[int], active: list[bool], threshold: int) -> bool:

@@ -359,12 +359,13 @@ def test_a_shut_lookup_gate_leaves_every_row_to_the_draft_model(
     assert (stats["hybrid"].lookup_rounds > 0) == gate_open
 
 
+@pytest.mark.parametrize("batch_size", [1, 2])
 def test_the_hybrids_round_inputs_look_alike_whether_the_lookups_ran_or_not(
-    monkeypatch: pytest.MonkeyPatch,
+    batch_size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A compiled round guards on its inputs' dtypes, shapes and strides: the host's proposal
-    must look the same at a width whether the lookups ran, matched, or were skipped (a shut
-    gate), or every such switch compiles the round again (on the CPU, Dynamo then gives up
+    """A compiled round guards on its inputs' dtypes, shapes, strides and aliasing: the host's
+    proposal must look the same at a width whether the lookups ran, matched, or were skipped (a
+    shut gate), or every such switch compiles the round again (on the CPU, Dynamo then gives up
     after 8 and runs the round eagerly, ten times slower)."""
     turn = iter([True, False, False] * 100)
     monkeypatch.setattr(LookupGate, "should_look", lambda self: next(turn))
@@ -374,16 +375,18 @@ def test_the_hybrids_round_inputs_look_alike_whether_the_lookups_ran_or_not(
     def recorded(self, run):
         k, proposal, lookup_only = look_up(self, run)
         if proposal is not None:
+            tensors = [t for t in proposal if t is not None]
+            aliases = len(tensors) - len({t.data_ptr() for t in tensors})
             inputs.setdefault(k, set()).add(
-                tuple((t.dtype, t.shape, t.stride()) for t in proposal if t is not None)
+                (aliases, *((t.dtype, t.shape, t.stride()) for t in tensors))
             )
         return k, proposal, lookup_only
 
     monkeypatch.setattr(SpeculativeDecoder, "look_up", recorded)
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
-    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [7, 8, 9, 10, 11, 12, 13, 14, 15]]
-    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=16) for i in range(2)]
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [7, 8, 9, 10, 11, 12, 13, 14, 15]][:batch_size]
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=16) for i in range(batch_size)]
     spec = SpeculativeConfig("auto", proposer="hybrid", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
     for _ in range(2):
         decoder.generate(prompts, params, spec)

@@ -37,11 +37,13 @@ class Proposal(NamedTuple):
 
     def narrowed(self, k: int) -> Proposal:
         """The first k drafts of each row: a lookup made as wide as the widest round, for a
-        narrower one. Contiguous, as a fresh tensor is: a compiled round guards on its inputs'
-        strides, and a slice's would compile it again."""
-        probs = None if self.draft_probs is None else self.draft_probs[:, :k].contiguous()
+        narrower one. With a fresh tensor's strides: a compiled round guards on its inputs'
+        strides, and a slice's would compile it again (even at B = 1, where .contiguous() keeps
+        them, a dimension of size 1 being contiguous whatever its stride)."""
+        fresh = lambda t: t[:, :k].clone(memory_format=torch.contiguous_format)  # noqa: E731
+        probs = None if self.draft_probs is None else fresh(self.draft_probs)
         return Proposal(
-            self.draft_token_ids[:, :k].contiguous(),
+            fresh(self.draft_token_ids),
             self.num_draft_tokens.clamp(max=k),
             probs,
             self.match_length,
