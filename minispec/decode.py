@@ -351,15 +351,7 @@ class SpeculativeDecoder:
         _, host_lookup, compiled_round = self.proposer(
             spec.proposer if widest else "draft_model", widest
         )
-        lookup_round = gate = None
-        if widest and spec.proposer == "hybrid":
-            gate = self.lookup_gates.setdefault(
-                (len(prompts), *sample_methods(spec, params)), LookupGate()
-            )
-            _, _, compiled_lookup = self.proposer("lookup", widest)
-            # Not adaptive: a lookup round leaves the rows' alpha (the draft model's) and the
-            # next K alone, and its time is not a draft round's.
-            lookup_round = (self.bind_round(compiled_lookup, spec, params, False), compiled_lookup)
+        lookup_round, gate = self.lookup_round(spec, params, widest)
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
         state = self.prefill(prompts, params, widest, uses_draft)
@@ -384,6 +376,21 @@ class SpeculativeDecoder:
             widest=widest,
             compile_lookup_round=warm_up and lookup_round is not None,
         )
+
+    def lookup_round(
+        self, spec: SpeculativeConfig, params: list[SamplingParams], widest: int
+    ) -> tuple[tuple[Callable, Announced] | None, LookupGate | None]:
+        """The hybrid's round without the draft model (bound, unbound) and its gate, kept across
+        calls per (batch size, sample methods); None, None for the other proposers."""
+        if not (widest and spec.proposer == "hybrid"):
+            return None, None
+        gate = self.lookup_gates.setdefault(
+            (len(params), *sample_methods(spec, params)), LookupGate()
+        )
+        _, _, compiled = self.proposer("lookup", widest)
+        # Not adaptive: a lookup round leaves the rows' alpha (the draft model's) and the next
+        # K alone, and its time is not a draft round's.
+        return (self.bind_round(compiled, spec, params, False), compiled), gate
 
     def bind_round(
         self,

@@ -149,10 +149,8 @@ class DecodeStats:
                 "  K chosen (K: rounds)         "
                 + " ".join(f"{w}: {n}" for w, n in sorted(self.k_histogram.items()))
             )
-        if self.lookup_rounds:
-            lines.append(
-                f"  rounds without the draft     {self.lookup_rounds} (every row's lookup trusted)"
-            )
+        if self.lookup_rounds:  # the hybrid's lookup rounds
+            lines.append(f"  rounds without the draft     {self.lookup_rounds}")
         lines += [
             f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
             f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
