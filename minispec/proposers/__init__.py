@@ -13,6 +13,7 @@ from minispec.proposers.draft_model import DraftModelProposer
 from minispec.proposers.lookup import HostLookup
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import (
+    HostLookupProposer,
     HybridProposer,
     Proposal,
     Proposer,
@@ -25,6 +26,7 @@ from minispec.proposers.suffix import SuffixIndex, SuffixProposer
 __all__ = [
     "DraftModelProposer",
     "HostLookup",
+    "HostLookupProposer",
     "HybridProposer",
     "NgramProposer",
     "Proposal",

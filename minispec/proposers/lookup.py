@@ -9,22 +9,13 @@ costs one target verify, where a draft model's costs K draft steps more.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from minispec.proposers.ngram import NgramProposer
-from minispec.proposers.proposal import Proposal, longest_match
+from minispec.proposers.proposal import HostLookupProposer, Proposal, longest_match
 from minispec.proposers.suffix import DEPTH, SuffixProposer
 
-if TYPE_CHECKING:
-    import torch
 
-    from minispec.state import LoopState
-    from sampling.constraints import RowConstraints
-
-
-class HostLookup:
-    """Deterministic (draft_probs None). As a proposer inside a round it passes on the
-    Proposal the host computed for that round."""
+class HostLookup(HostLookupProposer):
+    """Deterministic (draft_probs None); inside the round it passes on the host's Proposal."""
 
     def __init__(self, ngram: NgramProposer, suffix: SuffixProposer | None = None) -> None:
         self.ngram, self.suffix = ngram, suffix
@@ -37,16 +28,3 @@ class HostLookup:
         if self.suffix is None or bool((ngram.match_length >= DEPTH).all()):
             return ngram
         return longest_match([ngram, self.suffix.host_propose(histories, k)])
-
-    def propose(
-        self,
-        state: LoopState,
-        num_speculative_tokens: int,
-        constraints: RowConstraints,
-        noise: torch.Tensor,
-        draft_sample_method: str,
-        host_proposal: Proposal | None,
-    ) -> Proposal:
-        if host_proposal is None:
-            raise ValueError("a host lookup needs the host's proposal for this round")
-        return host_proposal

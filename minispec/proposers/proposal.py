@@ -69,6 +69,25 @@ class Proposer(Protocol):
     ) -> Proposal: ...
 
 
+class HostLookupProposer:
+    """Base of the proposers that look up on the host, between rounds, in tokens the host
+    already holds (`host_propose`): inside the round, `propose` passes on that Proposal, an
+    input tensor, so the lookup adds no device-to-host read."""
+
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        constraints: RowConstraints,
+        noise: torch.Tensor,
+        draft_sample_method: str,
+        host_proposal: Proposal | None,
+    ) -> Proposal:
+        if host_proposal is None:
+            raise ValueError(f"{type(self).__name__} needs the host's proposal for this round")
+        return host_proposal
+
+
 def one_hot_probs(
     draft_token_ids: torch.Tensor, vocab_size: int, dtype: torch.dtype
 ) -> torch.Tensor:

@@ -27,12 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minispec.proposers.proposal import Proposal
-from minispec.state import LoopState
+from minispec.proposers.proposal import HostLookupProposer, Proposal
 from model.checkpoint import atomic_write
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 from sampling import PLACEHOLDER_TOKEN_ID
-from sampling.constraints import RowConstraints
 
 DEPTH = 16  # bytes of context a match can use: two uint64 keys
 SAMPLE = 256  # occurrences read to choose a continuation
@@ -157,10 +155,8 @@ class SuffixIndex:
         return Proposal(as_tensor(ids), num, None, as_tensor(matched))
 
 
-class SuffixProposer:
-    """The suffix index as a proposer. The lookup runs on the host, between rounds, on the
-    tokens the host already holds (`host_propose`); the round receives its Proposal as an
-    input tensor, so it adds no device-to-host read."""
+class SuffixProposer(HostLookupProposer):
+    """The suffix index as a proposer, looked up on the host (HostLookupProposer)."""
 
     def __init__(self, index: SuffixIndex) -> None:
         self.index = index
@@ -169,16 +165,3 @@ class SuffixProposer:
         """histories: each row's tokens so far (prompt and output). Host tensors: the loop
         copies them to the device, which needs no sync."""
         return self.index.propose_rows([np.asarray(h[-DEPTH:]) for h in histories], k)
-
-    def propose(
-        self,
-        state: LoopState,
-        num_speculative_tokens: int,
-        constraints: RowConstraints,
-        noise: torch.Tensor,
-        draft_sample_method: str,
-        host_proposal: Proposal | None,
-    ) -> Proposal:
-        if host_proposal is None:
-            raise ValueError("the suffix proposer needs the host's proposal for this round")
-        return host_proposal
