@@ -30,6 +30,7 @@ from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import (
     DraftModelProposer,
     HostLookup,
+    HostLookupProposer,
     HybridProposer,
     NgramProposer,
     Proposal,
@@ -128,7 +129,7 @@ class DecodeRun:
 
     run_round: Callable  # the compiled round, its static arguments bound
     compiled_round: Announced  # the same round unbound: it says whether its last call compiled
-    host_lookup: SuffixProposer | HostLookup | None  # looks up on the host, between rounds
+    host_lookup: HostLookupProposer | None  # looks up on the host, between rounds
     # The hybrid's round without the draft model (bound, unbound), for rounds where every
     # row's lookup matched at least the threshold, and what decides whether to take it; None
     # for the other proposers.
@@ -144,7 +145,6 @@ class DecodeRun:
     origins: list[list[str]]  # per row: where each came from
     histories: list[list[int]]  # per row: prompt and output, what the host lookup reads
     active: list[bool]  # per row: not done yet
-    widest: int  # the widest K the call allows: a lookup round's
     draft_behind: int = 0  # tokens (the most of any row) emitted since the draft model last ran
     # this round's lookup drafts per row, when every active row trusted its lookup
     trusted_drafts: list[list[int]] | None = None
@@ -197,13 +197,15 @@ class SpeculativeDecoder:
             target.config.max_seq_len, draft.config.max_seq_len if draft else math.inf
         )
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
-        self.rounds: dict[tuple, tuple[Proposer, SuffixProposer | None, Announced]] = {}
+        self.rounds: dict[tuple, tuple[Proposer, HostLookupProposer | None, Announced]] = {}
         # adaptive K's measurements, per (proposer, batch size)
         self.round_times: dict[tuple[str, int, str, str], RoundTimes] = {}
         # the hybrid's lookup rounds against its own, per (batch size, sample methods)
         self.lookup_gates: dict[tuple[int, str, str], LookupGate] = {}
 
-    def proposer(self, name: str, widest: int) -> tuple[Proposer, SuffixProposer | None, Announced]:
+    def proposer(
+        self, name: str, widest: int
+    ) -> tuple[Proposer, HostLookupProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
         on first use."""
         key = (name, widest if name == "hybrid" else 0, self.suffix_index is not None)
@@ -373,7 +375,6 @@ class SpeculativeDecoder:
             origins=[[] for _ in prompts],
             histories=[list(p) for p in prompts],
             active=[True] * len(prompts),
-            widest=widest,
             compile_lookup_round=warm_up and lookup_round is not None,
         )
 
@@ -501,14 +502,14 @@ class SpeculativeDecoder:
         the widest K, which costs it one wider verify only. While the gate is shut, no row takes
         its lookup's drafts in the hybrid's own round either. The choices depend on the rows'
         tokens so far and past timings, so the output stays exact."""
-        k = run.schedule.k
+        k, widest = run.schedule.k, max(run.schedule.widths)  # a lookup round's K: the widest
         if not (k and run.host_lookup is not None):
             return k, None, False
         start = time.perf_counter()
         if run.gate is not None and not run.gate.should_look():
             run.trusted_drafts = None
             return k, no_match(len(run.histories), k).to(self.device), False
-        proposal = run.host_lookup.host_propose(run.histories, run.widest)
+        proposal = run.host_lookup.host_propose(run.histories, widest)
         trusted = run.lookup_round is not None and every_lookup_trusted(
             proposal.match_length.tolist(), run.active, self.hybrid_threshold
         )
@@ -518,7 +519,7 @@ class SpeculativeDecoder:
             run.compile_lookup_round or (trusted and gate_open)
         )
         if lookup_only:
-            k = run.widest
+            k = widest
         elif not gate_open:  # lookups have not paid lately: the draft model drafts every row
             proposal = proposal._replace(match_length=torch.zeros_like(proposal.match_length))
         proposal = proposal.narrowed(k).to(self.device)
