@@ -393,10 +393,21 @@ def test_the_hybrids_round_inputs_look_alike_whether_the_lookups_ran_or_not(
     assert inputs and all(len(seen) == 1 for seen in inputs.values()), inputs
 
 
-def test_a_hybrid_warm_up_runs_each_width_and_one_lookup_round() -> None:
+def test_a_hybrid_warm_up_runs_each_width_and_one_lookup_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """warm_up: one round at each width and one lookup round, so that a timed run compiles
     nothing, and then it stops, even on a prompt that repeats (every lookup trusted) and rows
-    that finish in the first rounds."""
+    that finish in the first rounds. (A warm-up that went on would fail here, not hang.)"""
+    decode_round = SpeculativeDecoder.decode_round
+    rounds = []
+
+    def bounded(self, run):
+        rounds.append(run.schedule.k)
+        assert len(rounds) <= 20, f"the warm-up did not stop: {rounds}"
+        decode_round(self, run)
+
+    monkeypatch.setattr(SpeculativeDecoder, "decode_round", bounded)
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
     params = [SamplingParams(temperature=0.0, max_new_tokens=2) for _ in range(2)]
