@@ -17,6 +17,8 @@ back to the prior and is probed again: a bad spell never switches speculation of
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -121,17 +123,40 @@ class RoundTimes:
     Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c in units of
     a K = 0 round (c: the draft step over the target step); measured widths replace it. Keep
     one per compiled graph family (batch size, sample methods), and never pass it a round that
-    compiled: one such time (seconds to minutes) would price its width out for good."""
+    compiled: one such time (seconds to minutes) would price its width out for good.
+
+    Two guards against a busy machine, whose stalls make single rounds slow:
+    - A width's time is the median of its last `window` measurements. With a running mean, one
+      20 ms round among 14 ms ones priced K = 8 below K = 2, and the batch stayed at K = 2 for
+      50 rounds at two thirds of the speed.
+    - A width that was not run for `retime_after` rounds of this family is due to run once
+      more (WidthSchedule). Only the chosen width is ever timed, so without this a width whose
+      one measurement came out slow would never run again."""
 
     c: float
-    smoothing: float = 0.3  # weight of the newest measurement
-    seconds: dict[int, float] = field(default_factory=dict)
+    window: int = 5
+    retime_after: int = 128
+    rounds: int = 0  # measured rounds of this family
+    samples: dict[int, deque[float]] = field(default_factory=dict)  # the latest, per width
+    last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
 
     def observe(self, k: int, seconds: float) -> None:
-        old = self.seconds.get(k)
-        self.seconds[k] = (
-            seconds if old is None else (1 - self.smoothing) * old + self.smoothing * seconds
-        )
+        self.rounds += 1
+        self.samples.setdefault(k, deque(maxlen=self.window)).append(seconds)
+        self.last_timed[k] = self.rounds
+
+    @property
+    def seconds(self) -> dict[int, float]:
+        return {k: statistics.median(s) for k, s in self.samples.items()}
+
+    def due(self, widths: tuple[int, ...]) -> int | None:
+        """The width to time next, if any: one never timed, else the longest untimed of those
+        not run for retime_after rounds."""
+        never = [k for k in widths if k not in self.last_timed]
+        if never:
+            return never[0]
+        stale = [k for k in widths if self.rounds - self.last_timed[k] >= self.retime_after]
+        return min(stale, key=self.last_timed.__getitem__, default=None)
 
     def relative(self, widths: tuple[int, ...]) -> torch.Tensor:
         """[W] times in units of a K = 0 round: measured where known, the model elsewhere."""

@@ -93,10 +93,11 @@ class WidthSchedule:
     """Which K each round of one generate() call uses. A fixed K: that K. "auto": the first
     round's from the prior (SpeculativeDecoder.first_width), then the width each round chose
     for the next (the last column of its snapshot), with round times measured per width; but a
-    width this graph family never timed runs once first. The cost model 1 + K c that prices an
-    untimed width is far off at large batches (at B = 16 a K = 8 round took 2.8 K = 0 rounds, the
-    model says 1.6), and a width that looks too dear is never run, so never timed: one round
-    each settles it. warm_up: each allowed width once, in order, then stop."""
+    width that is due (RoundTimes.due: never timed by this graph family, or not lately) runs
+    once first. The cost model 1 + K c that prices an untimed width is far off at large batches
+    (at B = 16 a K = 8 round took 2.8 K = 0 rounds, the model says 1.6), and a width that looks
+    too dear is never run, so never timed: one round each settles it. warm_up: each allowed
+    width once, in order, then stop."""
 
     def __init__(self, widths: tuple[int, ...], times: RoundTimes | None, warm_up: bool) -> None:
         self.widths, self.times, self.warm_up = widths, times, warm_up
@@ -113,8 +114,8 @@ class WidthSchedule:
                 self.times.observe(self.k, seconds)
                 self.relative_times = self.times.relative(self.widths)
             self.k = self.widths[rows[0][-1]]
-            if not self.warm_up:
-                self.k = next((k for k in self.widths if k not in self.times.seconds), self.k)
+            due = None if self.warm_up else self.times.due(self.widths)
+            self.k = self.k if due is None else due
         if self.warm_up:  # one round per width, whatever the rows say
             if not self.pending:
                 return True

@@ -208,6 +208,39 @@ def test_width_schedule_times_every_width_once_before_following_the_choice() -> 
     assert other.k == 0
 
 
+def test_one_slow_round_does_not_price_a_width_out() -> None:
+    """A stall of the machine makes one round slow. K = 8 at 14 ms against K = 2 at 9 ms: then
+    one 24 ms K = 8 round. The median keeps K = 8's time at 14 ms; the running mean this
+    replaced (0.7 old + 0.3 new) would have made it 17 ms, dearer per token than K = 2 at
+    alpha 0.8, and the batch would have stayed at K = 2."""
+    times = RoundTimes(c=0.1)
+    for _ in range(4):
+        times.observe(2, 0.009)
+        times.observe(8, 0.014)
+    times.observe(8, 0.024)
+    assert times.seconds == {2: 0.009, 8: 0.014}
+    times.observe(8, 0.024)  # two stalls out of five still leave the median alone
+    assert times.seconds[8] == 0.014
+    for _ in range(3):  # but a width that did get slower is followed: 3 of the last 5
+        times.observe(8, 0.024)
+    assert times.seconds[8] == 0.024
+
+
+def test_a_width_not_run_for_a_while_is_timed_again() -> None:
+    """Only the width chosen is timed, so a width whose one time came out slow would never run
+    again. After retime_after rounds without it, it runs once (the longest untimed first)."""
+    times = RoundTimes(c=0.1, retime_after=10)
+    schedule = WidthSchedule((0, 2, 4), times, warm_up=False)
+    ran = []
+    for _ in range(30):
+        ran.append(schedule.k)
+        # K = 4 looks slow the one time it runs; the rounds always choose index 1, K = 2.
+        schedule.advance(0.05 if schedule.k == 4 else 0.01, [[1]], done=False)
+    assert ran[:3] == [0, 2, 4]  # each width timed once at first (schedule.k starts at 0)
+    assert ran[11:14] == [0, 2, 4]  # each 10 rounds after its last time
+    assert ran.count(0) == ran.count(4) == 3 and ran.count(2) == 24
+
+
 def test_lookup_gate_opens_while_lookup_rounds_pay_and_reopens_when_lookups_agree() -> None:
     gate = LookupGate(smoothing=0.5)
     assert gate.open()  # nothing measured: one lookup round measures it

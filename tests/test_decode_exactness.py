@@ -332,11 +332,13 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
     # Every width timed already: otherwise the first rounds would time the widths in turn
     # (WidthSchedule), and in a NEW_TOKENS-long run the rule would hardly choose at all.
-    monkeypatch.setattr(
-        minispec.decode,
-        "RoundTimes",
-        lambda c: RoundTimes(c, seconds={k: 1e-3 * (1 + k) for k in widths}),
-    )
+    def timed(c: float) -> RoundTimes:
+        times = RoundTimes(c)
+        for k in widths:
+            times.observe(k, 1e-3 * (1 + k))
+        return times
+
+    monkeypatch.setattr(minispec.decode, "RoundTimes", timed)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
     spec = SpeculativeConfig(
         "auto", "probabilistic", proposer="hybrid", adaptive=AdaptiveConfig(widths=widths)
