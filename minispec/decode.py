@@ -421,14 +421,15 @@ class SpeculativeDecoder:
         warming up: every width in turn)."""
         if spec.num_speculative_tokens != "auto":
             return WidthSchedule(spec.widths, None, warm_up)
-        batch_size = len(params)
         times = self.round_times.setdefault(
-            (spec.proposer, batch_size, *sample_methods(spec, params)),
+            (spec.proposer, len(params), *sample_methods(spec, params)),
             RoundTimes(self.cost_ratio(spec.proposer)),
         )
         schedule = WidthSchedule(spec.widths, times, warm_up)
         if not warm_up:
-            schedule.k = self.first_width(spec.adaptive, schedule.relative_times, batch_size)
+            schedule.k = self.first_width(
+                spec.adaptive, schedule.relative_times, [p.max_new_tokens for p in params]
+            )
         return schedule
 
     def decode_round(self, run: DecodeRun) -> None:
@@ -528,13 +529,16 @@ class SpeculativeDecoder:
         return k, proposal, lookup_only
 
     @staticmethod
-    def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
+    def first_width(
+        adaptive: AdaptiveConfig, relative_times: torch.Tensor, max_new_tokens: list[int]
+    ) -> int:
         """The first round's K, every row at the prior alpha (later rounds choose inside the
         round). Host tensors: no device read."""
-        prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
+        rows = len(max_new_tokens)
         index = choose_width(
-            prior,
-            torch.ones(batch_size, dtype=torch.bool),
+            torch.full((rows,), adaptive.prior_alpha, dtype=torch.float64),
+            torch.ones(rows, dtype=torch.bool),
+            torch.tensor(max_new_tokens),
             adaptive.widths,
             relative_times,
             adaptive.margin,
