@@ -330,6 +330,7 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         return chosen[-1]
 
     monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
+
     # Every width timed already: otherwise the first rounds would time the widths in turn
     # (WidthSchedule), and in a NEW_TOKENS-long run the rule would hardly choose at all.
     def timed(c: float) -> RoundTimes:
