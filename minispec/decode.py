@@ -9,15 +9,16 @@ it. Finished rows keep computing, frozen in place, rather than shrinking the bat
 whole per-round work is one call of the round, one device->host read of its snapshot (which
 also decides stopping and, with num_speculative_tokens="auto", the next round's K), the
 streaming callback, and for the suffix and hybrid proposers a lookup in tokens the host
-already holds. The hybrid has two rounds: its own, where the draft model drafts for the rows
-whose lookup is not trusted, and a lookup round without the draft model, for when every row's is.
+already holds. The hybrid has three rounds: the draft model's own, when no row takes its
+lookup's drafts; a lookup round without the draft model, when every row does; and its own
+mixed round, when some rows do (SpeculativeDecoder.hybrid_kind).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -43,7 +44,6 @@ from minispec.state import LoopState
 from minispec.stats import DecodeStats
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
-from sampling import PLACEHOLDER_TOKEN_ID
 from sampling.constraints import RowConstraints
 
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
@@ -73,13 +73,6 @@ def sample_methods(spec: SpeculativeConfig, params: list[SamplingParams]) -> tup
     if rejection_sample_method == "block" and greedy_batch:
         rejection_sample_method = "standard"
     return draft_sample_method, rejection_sample_method
-
-
-def no_match(batch_size: int, k: int) -> Proposal:
-    """A lookup's proposal where no row matched: the round's input when the lookups skip it.
-    Two zero tensors, not one twice: a compiled round guards on which of its inputs alias."""
-    zeros = lambda: torch.zeros(batch_size, dtype=torch.long)  # noqa: E731
-    return Proposal(torch.full((batch_size, k), PLACEHOLDER_TOKEN_ID), zeros(), None, zeros())
 
 
 def every_lookup_trusted(match_length: list[int], active: list[bool], threshold: int) -> bool:
@@ -128,14 +121,12 @@ class WidthSchedule:
 class DecodeRun:
     """One generate() call in flight: what its rounds read and write on the host."""
 
-    run_round: Callable  # the compiled round, its static arguments bound
-    compiled_round: Announced  # the same round unbound: it says whether its last call compiled
+    # The compiled rounds by kind (RoundKind), each as (its static arguments bound, unbound:
+    # the unbound one says whether its last call compiled): "own" for every proposer; the
+    # hybrid's "draft" and "lookup" rounds too.
+    rounds: dict[str, tuple[Callable, Announced]]
     host_lookup: HostLookupProposer | None  # looks up on the host, between rounds
-    # The hybrid's round without the draft model (bound, unbound), for rounds where every
-    # row's lookup matched at least the threshold, and what decides whether to take it; None
-    # for the other proposers.
-    lookup_round: tuple[Callable, Announced] | None
-    gate: LookupGate | None
+    gate: LookupGate | None  # the hybrid's: whether lookup rounds have paid
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     state: LoopState
     constraints: RowConstraints
@@ -204,12 +195,10 @@ class SpeculativeDecoder:
         # the hybrid's lookup rounds against its own, per (batch size, sample methods)
         self.lookup_gates: dict[tuple[int, str, str], LookupGate] = {}
 
-    def proposer(
-        self, name: str, widest: int
-    ) -> tuple[Proposer, HostLookupProposer | None, Announced]:
+    def proposer(self, name: str) -> tuple[Proposer, HostLookupProposer | None, Announced]:
         """The proposer `name`, its host-side lookup if it has one, and its compiled round, built
         on first use."""
-        key = (name, widest if name == "hybrid" else 0, self.suffix_index is not None)
+        key = (name, self.suffix_index is not None)
         if key not in self.rounds:
             suffix = SuffixProposer(self.suffix_index) if self.suffix_index else None
             lookup = HostLookup(NgramProposer(), suffix)
@@ -218,7 +207,7 @@ class SpeculativeDecoder:
                 "ngram": NgramProposer,
                 "suffix": lambda: suffix,
                 "hybrid": lambda: HybridProposer(
-                    DraftModelProposer(self.draft, widest + 1), self.hybrid_threshold
+                    DraftModelProposer(self.draft), self.hybrid_threshold
                 ),
                 "lookup": lambda: lookup,  # the hybrid's round without the draft model
             }[name]()
@@ -332,6 +321,8 @@ class SpeculativeDecoder:
         call can use is compiled before a timed run.
         """
         self.check(prompts, params, spec)
+        if warm_up and spec.proposer == "hybrid":  # its "draft" rounds are the draft model's
+            self.generate(prompts, params, replace(spec, proposer="draft_model"), warm_up=True)
         run = self.start_run(prompts, params, spec, on_tokens, warm_up)
         while not run.done:
             self.decode_round(run)
@@ -351,20 +342,17 @@ class SpeculativeDecoder:
         widest = max(spec.widths)
         uses_draft = spec.proposer in USES_DRAFT_MODEL
         # K = 0 only: no proposer runs, and any proposer's round is the baseline.
-        _, host_lookup, compiled_round = self.proposer(
-            spec.proposer if widest else "draft_model", widest
-        )
-        lookup_round, gate = self.lookup_round(spec, params, widest)
+        _, host_lookup, compiled_round = self.proposer(spec.proposer if widest else "draft_model")
+        rounds, gate = self.hybrid_rounds(spec, params, widest)
+        rounds["own"] = (self.bind_round(compiled_round, spec, params), compiled_round)
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
         state = self.prefill(prompts, params, widest, uses_draft)
         constraints = row_constraints(params, self.device)
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(
-            run_round=self.bind_round(compiled_round, spec, params),
-            compiled_round=compiled_round,
+            rounds=rounds,
             host_lookup=host_lookup,
-            lookup_round=lookup_round,
             gate=gate,
             uses_draft=uses_draft,
             state=state,
@@ -376,23 +364,28 @@ class SpeculativeDecoder:
             origins=[[] for _ in prompts],
             histories=[list(p) for p in prompts],
             active=[True] * len(prompts),
-            compile_lookup_round=warm_up and lookup_round is not None,
+            compile_lookup_round=warm_up and gate is not None,
         )
 
-    def lookup_round(
+    def hybrid_rounds(
         self, spec: SpeculativeConfig, params: list[SamplingParams], widest: int
-    ) -> tuple[tuple[Callable, Announced] | None, LookupGate | None]:
-        """The hybrid's round without the draft model (bound, unbound) and its gate, kept across
-        calls per (batch size, sample methods); None, None for the other proposers."""
+    ) -> tuple[dict[str, tuple[Callable, Announced]], LookupGate | None]:
+        """The hybrid's rounds besides its own (bound, unbound): the draft model's, for rounds
+        where no row takes a lookup's drafts, and the lookup round without the draft model, for
+        rounds where every row does; and its gate, kept across calls per (batch size, sample
+        methods). Nothing, None for the other proposers."""
         if not (widest and spec.proposer == "hybrid"):
-            return None, None
+            return {}, None
         gate = self.lookup_gates.setdefault(
             (len(params), *sample_methods(spec, params)), LookupGate()
         )
-        _, _, compiled = self.proposer("lookup", widest)
-        # Not adaptive: a lookup round leaves the rows' alpha (the draft model's) and the next
-        # K alone, and its time is not a draft round's.
-        return (self.bind_round(compiled, spec, params, False), compiled), gate
+        draft, lookup = (self.proposer(name)[2] for name in ("draft_model", "lookup"))
+        return {
+            "draft": (self.bind_round(draft, spec, params), draft),
+            # Not adaptive: a lookup round leaves the rows' alpha (the draft model's) and the
+            # next K alone, and its time is not a draft round's.
+            "lookup": (self.bind_round(lookup, spec, params, False), lookup),
+        }, gate
 
     def bind_round(
         self,
@@ -437,17 +430,16 @@ class SpeculativeDecoder:
         verify, accept and advance in one compiled call, one host read of its snapshot, emit,
         and the next round's K."""
         start = time.perf_counter()
-        k, host_proposal, lookup_only = self.look_up(run)
+        k, host_proposal, kind = self.look_up(run)
         lookup_seconds = time.perf_counter() - start  # part of the width's time, unlike:
-        if k and run.uses_draft and run.draft_behind and not lookup_only:
+        drafts = k and run.uses_draft and kind != "lookup"  # the draft model runs this round
+        if drafts and run.draft_behind:
             self.catch_up_draft(run.state, run.draft_behind)
         # The width's time leaves the catch-up out: it is paid once per return from K = 0, and
         # charged to one round it would price K > 0 out, which would keep the batch at K = 0.
         round_start = time.perf_counter()
-        run_round, compiled_round = (
-            run.lookup_round if lookup_only else (run.run_round, run.compiled_round)
-        )
-        relative = None if lookup_only else run.schedule.relative_times
+        run_round, compiled_round = run.rounds[kind]
+        relative = None if kind == "lookup" else run.schedule.relative_times
         run.state, snapshot = run_round(
             run.state,
             run.constraints,
@@ -460,18 +452,20 @@ class SpeculativeDecoder:
         # A compiled round is one guard check; an eager one, none.
         guard_checks = int(compiled_round.compiled)
         run.stats.count_round(end - start, host_reads=1, compiled_calls=guard_checks, k=k)
-        run.stats.lookup_rounds += lookup_only
-        drafted = k and run.uses_draft and not lookup_only
-        run.draft_behind = 0 if drafted else run.draft_behind + max(row[k + 1] for row in rows)
+        run.stats.lookup_rounds += kind == "lookup"
+        emitted = max(row[k + 1] for row in rows)
+        # The hybrid's own round: some rows kept a lookup's drafts, which the draft never saw.
+        mixed = kind == "own" and run.gate is not None
+        run.draft_behind = (emitted if mixed else 0) if drafts else run.draft_behind + emitted
         # A round that compiled is not a round's time.
         seconds = None if compiled_round.compiled_last else lookup_seconds + end - round_start
         if run.gate is not None and k and seconds is not None:
-            self.observe_lookup_gate(run, rows, k, lookup_only, seconds)
+            self.observe_lookup_gate(run, rows, k, kind == "lookup", seconds)
         run.active = [not row[k + 4] for row in rows]
         emit_start = time.perf_counter()
         done = self.emit(rows, k, run.outputs, run.origins, run.on_tokens, run.histories)
         run.stats.time_emit += time.perf_counter() - emit_start
-        if lookup_only:  # K stays the draft rounds' choice, and the warm-up's plan stands
+        if kind == "lookup":  # K stays the draft rounds' choice, and the warm-up's plan stands
             run.compile_lookup_round = False
             run.done = done and not run.schedule.warm_up
             return
@@ -482,7 +476,7 @@ class SpeculativeDecoder:
         run: DecodeRun, rows: list[list[int]], k: int, lookup_only: bool, seconds: float
     ) -> None:
         """Tell the hybrid's gate what a round at width k with a host lookup emitted, and, for
-        one of its own rounds taken while every lookup was trusted, what a lookup round would
+        one of its other rounds taken while every lookup was trusted, what a lookup round would
         have (rows done before the round emit nothing and count for nothing)."""
         tokens = sum(row[k + 1] for row in rows)
         if lookup_only:
@@ -497,36 +491,44 @@ class SpeculativeDecoder:
             )
         run.gate.observe_draft_round(seconds, tokens, lookup_tokens)
 
-    def look_up(self, run: DecodeRun) -> tuple[int, Proposal | None, bool]:
-        """The round's K, the host lookup's proposal (None without one) and whether the round
-        can go without the draft model: the hybrid's, when every active row's lookup matched at
-        least the threshold and lookup rounds have paid so far (LookupGate). Such a round drafts
-        the widest K, which costs it one wider verify only. While the gate is shut, no row takes
-        its lookup's drafts in the hybrid's own round either. The choices depend on the rows'
-        tokens so far and past timings, so the output stays exact."""
+    def look_up(self, run: DecodeRun) -> tuple[int, Proposal | None, str]:
+        """The round's K, the host lookup's proposal for the round (None without one) and the
+        kind of round to run (a key of run.rounds): "own", but for the hybrid the one
+        hybrid_kind chooses. A lookup round drafts the widest K, which costs it one wider
+        verify only. While the hybrid's gate is shut, the lookups run in one round of
+        LookupGate.probe_every only, and then only to keep the gate informed."""
         k, widest = run.schedule.k, max(run.schedule.widths)  # a lookup round's K: the widest
         if not (k and run.host_lookup is not None):
-            return k, None, False
+            return k, None, "own"
         start = time.perf_counter()
         if run.gate is not None and not run.gate.should_look():
             run.trusted_drafts = None
-            return k, no_match(len(run.histories), k).to(self.device), False
+            return k, None, "draft"
         proposal = run.host_lookup.host_propose(run.histories, widest)
-        trusted = run.lookup_round is not None and every_lookup_trusted(
-            proposal.match_length.tolist(), run.active, self.hybrid_threshold
-        )
-        run.trusted_drafts = proposal.draft_token_ids.tolist() if trusted else None
-        gate_open = run.gate is None or run.gate.open()
-        lookup_only = run.lookup_round is not None and (
-            run.compile_lookup_round or (trusted and gate_open)
-        )
-        if lookup_only:
+        kind = "own" if run.gate is None else self.hybrid_kind(run, proposal)
+        if kind == "lookup":
             k = widest
-        elif not gate_open:  # lookups have not paid lately: the draft model drafts every row
-            proposal = proposal._replace(match_length=torch.zeros_like(proposal.match_length))
-        proposal = proposal.narrowed(k).to(self.device)
+        proposal = None if kind == "draft" else proposal.narrowed(k).to(self.device)
         run.stats.time_lookup += time.perf_counter() - start
-        return k, proposal, lookup_only
+        return k, proposal, kind
+
+    def hybrid_kind(self, run: DecodeRun, proposal: Proposal) -> str:
+        """Which of the hybrid's rounds this one is: "lookup", without the draft model, when
+        every active row's lookup matched at least the threshold and lookup rounds have paid
+        so far (LookupGate); "own", where the rows that matched take the lookup's drafts and
+        the draft model drafts for the rest, when only some did; else "draft", the draft
+        model's own round (also while the gate is shut: then no row takes a lookup's drafts).
+        The choice depends on the rows' tokens so far and past timings: the output stays exact."""
+        lengths = proposal.match_length.tolist()
+        trusted = every_lookup_trusted(lengths, run.active, self.hybrid_threshold)
+        # What a lookup round would have drafted, for the gate to judge by this round's tokens.
+        run.trusted_drafts = proposal.draft_token_ids.tolist() if trusted else None
+        if run.compile_lookup_round or (trusted and run.gate.open()):
+            return "lookup"
+        some = any(m >= self.hybrid_threshold and a for m, a in zip(lengths, run.active))
+        if run.schedule.warm_up or (some and run.gate.open()):
+            return "own"  # a warm-up compiles it at every width
+        return "draft"
 
     @staticmethod
     def first_width(

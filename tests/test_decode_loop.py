@@ -32,10 +32,11 @@ from minispec.adaptive import AdaptiveConfig, LookupGate
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
-from minispec.proposers import SuffixIndex
+from minispec.proposers import HostLookup, Proposal, SuffixIndex
 from minispec.state import LoopState, advance, observe
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
+from sampling import PLACEHOLDER_TOKEN_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -212,11 +213,13 @@ def cache_mismatch(
 ) -> float:
     """Largest |logit - fresh recompute| over every draft and target call after the prefills.
 
-    A round's calls (the draft steps, then the target's verify) all see one true sequence per
-    row: its committed tokens (prompt + final output) up to seq_len, then the K tokens drafted
-    this round, which the verify call lists. Every call must feed exactly that sequence's tokens
-    at its positions, and return the logits of a cache-free forward over it. (A draft call
-    between rounds, catching up after rounds without drafts, counts with the next round.)
+    A round's calls (the draft steps, then the target's verify) see one sequence per row and
+    model: its committed tokens (prompt + final output) up to seq_len, then this round's drafts
+    as that model was fed them: the verify's for the target, the draft model's own for it
+    (the same drafts, but for a row that keeps a lookup's drafts in the hybrid's own round).
+    Every call must feed the committed tokens where it reaches below seq_len, and return the
+    logits of a cache-free forward over its sequence. (A draft call between rounds, catching up
+    after rounds without drafts, counts with the next round.)
     """
     worst = 0.0
     models = {"target": decoder.target, "draft": decoder.draft}
@@ -226,18 +229,27 @@ def cache_mismatch(
         round_calls.append(call)
         if call[0] != "target":
             continue
-        _, verify_tokens, verify_positions, _ = call
+        verify_positions = call[2]
         for b in range(len(prompts)):
             seq_len = int(verify_positions[b, 0]) + 1
-            truth = (prompts[b] + outputs[b])[:seq_len] + verify_tokens[b, 1:].tolist()
+            committed = (prompts[b] + outputs[b])[:seq_len]
+            seen = {name: list(committed) for name in models}
+            for name, tokens, positions, _ in round_calls:
+                # Consecutive positions, those below 0 (a catch-up longer than the row) at 0.
+                end, t = int(positions[b, -1]), tokens.shape[1]
+                assert positions[b].tolist() == [max(p, 0) for p in range(end - t + 1, end + 1)]
+                for p, token in zip(positions[b].tolist(), tokens[b].tolist()):
+                    if p < len(seen[name]):
+                        assert token == seen[name][p], (name, b, p)
+                    else:
+                        assert p == len(seen[name]), (name, b, p)
+                        seen[name].append(token)
             fresh = {
-                name: full_logits(model, torch.tensor([truth]))[0] for name, model in models.items()
+                name: full_logits(model, torch.tensor([seen[name]]))[0]
+                for name, model in models.items()
             }
-            for name, tokens, positions, logits in round_calls:
-                start, t = int(positions[b, 0]), tokens.shape[1]
-                assert positions[b].tolist() == list(range(start, start + t))
-                assert tokens[b].tolist() == truth[start : start + t], (name, b, start)
-                worst = max(worst, float((logits[b] - fresh[name][start : start + t]).abs().max()))
+            for name, _, positions, logits in round_calls:
+                worst = max(worst, float((logits[b] - fresh[name][positions[b]]).abs().max()))
         round_calls = []
     return worst
 
@@ -248,6 +260,7 @@ def run_recorded(
     draft_wrapper=None,
     proposer: str = "draft_model",
     prompts: list[list[int]] | None = None,
+    temperature: float = 1.0,
 ) -> tuple[list[list[int]], GenerationOutput, list]:
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
@@ -257,7 +270,7 @@ def run_recorded(
     decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
     prompts = prompts or [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
     params = [
-        SamplingParams(temperature=1.0, seed=20 + i, max_new_tokens=m)
+        SamplingParams(temperature=temperature, seed=20 + i, max_new_tokens=m)
         for i, m in enumerate([14, 9, 12])
     ]
     spec = SpeculativeConfig(
@@ -320,10 +333,9 @@ def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The hybrid's rounds without the draft model (here forced by a fixed pattern; a lookup
-    that no row trusts otherwise, so that its own rounds draft with the model alone) emit up to
-    K + 1 tokens per row that the draft never sees: before it drafts again it is fed them.
-    Four in a row: the draft's window of K + 1 tokens would cover a few of them by itself (and
-    so the prompts are at least K + 1 tokens long)."""
+    that no row trusts otherwise, so that its other rounds are the draft model's own) emit up
+    to K + 1 tokens per row that the draft never sees: before it drafts again it is fed them.
+    Four in a row, so that the catch-up spans several rounds."""
     turn = iter([False, True, True, True, True, False, False] * 100)
     monkeypatch.setattr(decode, "every_lookup_trusted", lambda *args: next(turn))
     monkeypatch.setattr(LookupGate, "open", lambda self: True)
@@ -336,6 +348,43 @@ def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
     monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
     turn = iter([False, True, True, True, True, False, False] * 100)
     prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts)
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
+
+
+def test_after_the_hybrids_mixed_rounds_the_draft_catches_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the hybrid's own round, the rows whose lookup matched keep the lookup's drafts, which
+    the draft model never saw (it saw its own at those positions): before it drafts again it is
+    fed them. Here row 0's lookup proposes the target's greedy continuation (so at T = 0 its
+    drafts are kept) and the other rows' lookups match nothing: each round is mixed until row 0
+    is done."""
+    decoder = SpeculativeDecoder(*pair(), compile=False, hybrid_threshold=3)
+    prompts = [[1, 2, 3, 1, 2, 3], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    greedy = list(prompts[0])
+    for _ in range(14 + 4):
+        greedy.append(int(full_logits(decoder.target, torch.tensor([greedy]))[0, -1].argmax()))
+
+    def lookup(self, histories, k):
+        at = len(histories[0])
+        ids = [greedy[at : at + k]] + [[PLACEHOLDER_TOKEN_ID] * k] * (len(histories) - 1)
+        match = [99] + [0] * (len(histories) - 1)
+        return Proposal(torch.tensor(ids), torch.tensor([k] + match[1:]), None, torch.tensor(match))
+
+    monkeypatch.setattr(HostLookup, "host_propose", lookup)
+    monkeypatch.setattr(LookupGate, "open", lambda self: True)
+    kinds = []
+    hybrid_kind = SpeculativeDecoder.hybrid_kind
+    monkeypatch.setattr(
+        SpeculativeDecoder,
+        "hybrid_kind",
+        lambda self, run, proposal: kinds.append(hybrid_kind(self, run, proposal)) or kinds[-1],
+    )
+    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts, temperature=0)
+    assert out.token_ids[0] == greedy[len(prompts[0]) :][:14] and kinds[0] == "own"
+    assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
+    monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
+    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts, temperature=0)
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
@@ -364,33 +413,45 @@ def test_the_hybrids_round_inputs_look_alike_whether_the_lookups_ran_or_not(
     batch_size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A compiled round guards on its inputs' dtypes, shapes, strides and aliasing: the host's
-    proposal must look the same at a width whether the lookups ran, matched, or were skipped (a
-    shut gate), or every such switch compiles the round again (on the CPU, Dynamo then gives up
-    after 8 and runs the round eagerly, ten times slower)."""
-    turn = iter([True, False, False] * 100)
+    proposal must look the same at a width in every round of a kind, whichever rows matched
+    and which lookup matched longer, or every such switch compiles the round again (on the
+    CPU, Dynamo then gives up after 8 and runs the round eagerly, ten times slower). At B = 1,
+    a slice [1, k] of a [1, 8] tensor kept its stride of 8 through .contiguous() (a dimension
+    of size 1 counts as contiguous)."""
+    turn = iter([True, False, True] * 100)  # the lookups skipped in one round of three
     monkeypatch.setattr(LookupGate, "should_look", lambda self: next(turn))
-    inputs: dict[int, set] = {}
+    # The kinds of round in turn, whatever matched (the real lookups run, and match or not).
+    kinds = iter(["own", "lookup", "own", "own"] * 100)
+
+    def hybrid_kind(self, run, proposal):
+        run.trusted_drafts = None
+        return next(kinds)
+
+    monkeypatch.setattr(SpeculativeDecoder, "hybrid_kind", hybrid_kind)
+    widths_in_turn(monkeypatch, [1, 2, 2, 1, 0])
+    inputs: dict[tuple[str, int], set] = {}
     look_up = SpeculativeDecoder.look_up
 
     def recorded(self, run):
-        k, proposal, lookup_only = look_up(self, run)
+        k, proposal, kind = look_up(self, run)
         if proposal is not None:
             tensors = [t for t in proposal if t is not None]
             aliases = len(tensors) - len({t.data_ptr() for t in tensors})
-            inputs.setdefault(k, set()).add(
+            inputs.setdefault((kind, k), set()).add(
                 (aliases, *((t.dtype, t.shape, t.stride()) for t in tensors))
             )
-        return k, proposal, lookup_only
+        return k, proposal, kind
 
     monkeypatch.setattr(SpeculativeDecoder, "look_up", recorded)
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
-    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
+    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=2)
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [7, 8, 9, 10, 11, 12, 13, 14, 15]][:batch_size]
     params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=16) for i in range(batch_size)]
     spec = SpeculativeConfig("auto", proposer="hybrid", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
     for _ in range(2):
         decoder.generate(prompts, params, spec)
-    assert inputs and all(len(seen) == 1 for seen in inputs.values()), inputs
+    assert all(len(seen) == 1 for seen in inputs.values()), inputs
+    assert set(inputs) == {("lookup", 3), ("own", 2), ("own", 3)}
 
 
 def test_a_hybrid_warm_up_runs_each_width_and_one_lookup_round(
@@ -468,13 +529,14 @@ def test_the_loop_reads_the_device_once_per_round(
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            # look_up reads the host lookup's match lengths: host tensors, computed from the
-            # host's own lists of tokens.
+            # look_up and hybrid_kind read the host lookup's proposal: host tensors, computed
+            # from the host's own lists of tokens.
             if caller.co_filename in loop_files and caller.co_name not in (
                 "prefill",
                 "collect",
                 "first_width",
                 "look_up",
+                "hybrid_kind",
             ):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
@@ -560,7 +622,7 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, k)
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
-        decoder.proposer("draft_model", k)[0],
+        decoder.proposer("draft_model")[0],
         state,
         row_constraints(params, decoder.device),
         num_speculative_tokens=k,
@@ -578,7 +640,7 @@ def test_the_adaptive_hybrid_round_is_one_graph() -> None:
     decoder = SpeculativeDecoder(*float64_pair(), compile=False, suffix_index=index)
     params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, 2)
-    proposer, lookup, _ = decoder.proposer("hybrid", 2)
+    proposer, lookup, _ = decoder.proposer("hybrid")
     adaptive = AdaptiveConfig(widths=(0, 2))
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,

@@ -13,14 +13,13 @@ from sampling.constraints import RowConstraints
 
 
 class DraftModelProposer:
-    """`window` is how many of the row's last tokens the first step feeds. 2 suffices when only
-    this model drafts: after a round that accepted all K drafts, x_K never went through the
-    draft, and one [B, 2] shape serves both cases (rewriting a cache entry with the same value
-    is harmless). Next to a lookup (hybrid), the kept tokens of the last round may be the
-    lookup's, which this model never saw: a window of K_max + 1 covers a whole round's output."""
+    """The first step feeds the row's last 2 tokens: after a round that accepted all K drafts,
+    x_K never went through the draft, and one [B, 2] shape serves both cases (rewriting a cache
+    entry with the same value is harmless). Tokens it never saw beyond that (rounds without
+    it, a lookup's kept drafts) are fed by the loop's catch-up before it drafts again."""
 
-    def __init__(self, model: GPT, window: int = 2) -> None:
-        self.model, self.window = model, window
+    def __init__(self, model: GPT) -> None:
+        self.model = model
 
     def propose(
         self,
@@ -33,9 +32,9 @@ class DraftModelProposer:
     ) -> Proposal:
         """x_i ~ q_i for i = 1..K, every row K drafts."""
         seq_len = state.seq_len
-        back = torch.arange(self.window - 1, -1, -1, device=seq_len.device)
-        # Positions below 0 (a 2-token prompt, a wide window) repeat position 0: the same token
-        # written twice to the same slot.
+        back = torch.arange(1, -1, -1, device=seq_len.device)
+        # A position below 0 (a 1-token prompt) repeats position 0: the same token written
+        # twice to the same slot.
         positions = (seq_len[:, None] - 1 - back).clamp(min=0)
         logits = self.model(state.tokens.gather(1, positions), positions)[:, -1]
         ids, probs = [], []
