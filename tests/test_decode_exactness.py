@@ -28,6 +28,7 @@ from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
+    record_hybrid_kinds,
     sequence_law,
 )
 
@@ -306,13 +307,7 @@ def test_the_hybrids_rounds_without_the_draft_keep_the_law(
 
     monkeypatch.setattr(minispec.decode, "every_lookup_trusted", every_other_round)
     monkeypatch.setattr(minispec.adaptive.LookupGate, "open", lambda self: True)
-    kinds = []
-    hybrid_kind = SpeculativeDecoder.hybrid_kind
-    monkeypatch.setattr(
-        SpeculativeDecoder,
-        "hybrid_kind",
-        lambda self, run, proposal: kinds.append(hybrid_kind(self, run, proposal)) or kinds[-1],
-    )
+    kinds = record_hybrid_kinds(monkeypatch)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
     spec = SpeculativeConfig(3, "probabilistic", proposer="hybrid")
     assert fit_p_value(spec, groups, seed_base=98_000_000, rows_per_group=2500) > FALSE_ALARM

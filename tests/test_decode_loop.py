@@ -20,6 +20,7 @@ from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
+    record_hybrid_kinds,
 )
 
 import minispec.adaptive
@@ -373,13 +374,7 @@ def test_after_the_hybrids_mixed_rounds_the_draft_catches_up(
 
     monkeypatch.setattr(HostLookup, "host_propose", lookup)
     monkeypatch.setattr(LookupGate, "open", lambda self: True)
-    kinds = []
-    hybrid_kind = SpeculativeDecoder.hybrid_kind
-    monkeypatch.setattr(
-        SpeculativeDecoder,
-        "hybrid_kind",
-        lambda self, run, proposal: kinds.append(hybrid_kind(self, run, proposal)) or kinds[-1],
-    )
+    kinds = record_hybrid_kinds(monkeypatch)
     prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts, temperature=0)
     assert out.token_ids[0] == greedy[len(prompts[0]) :][:14] and kinds[0] == "own"
     assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
