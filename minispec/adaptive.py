@@ -93,52 +93,28 @@ def current_alpha(estimate: AlphaEstimate, prior_alpha: float, prior_weight: flo
 def expected_tokens(alpha: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
     """Eq. (1) for every row and width, [B, W]: sum_{i=0..K} a^i, which is (1 - a^(K+1)) / (1 - a)
     without the 0/0 at a = 1 (there it is K + 1). widths are Python ints: static under compile."""
-    return tokens_per_round(alpha, widths)[0]
-
-
-def tokens_per_round(alpha: torch.Tensor, widths: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """The mean and the variance of the tokens N one round of K drafts emits, [B, W] each.
-    N = 1 + the leading drafts accepted, at most K; with each draft accepted i.i.d. with
-    probability a, P(N > m) = a^m for m <= K. So E[N] = sum_{m=0..K} a^m (eq. 1), and, as N^2
-    counts the pairs (j, l) with N > max(j, l), E[N^2] = sum_{m=0..K} (2m + 1) a^m."""
-    m = torch.arange(max(widths) + 1, device=alpha.device)
-    upto = m <= torch.tensor(widths, device=alpha.device)[:, None]  # [W, Kmax+1]
-    powers = alpha[:, None, None] ** m * upto
-    mean = powers.sum(-1)
-    return mean, (powers * (2 * m + 1)).sum(-1) - mean**2
+    i = torch.arange(max(widths) + 1, device=alpha.device)
+    upto = i <= torch.tensor(widths, device=alpha.device)[:, None]  # [W, Kmax+1]
+    return (alpha[:, None, None] ** i * upto).sum(-1)
 
 
 def choose_width(
     alpha: torch.Tensor,
     active: torch.Tensor,
-    remaining: torch.Tensor,
     widths: tuple[int, ...],
     round_time: torch.Tensor,
     margin: float = 0.0,
 ) -> torch.Tensor:
-    """Index into widths (0-d long) of the shortest projected time to finish the batch: the
-    active rows' mean number of rounds to emit their `remaining` tokens at width K, times the
-    width's round_time (any unit, e.g. K = 0 rounds).
-
-    A row with L tokens to go at N tokens per round (mean mu, deviation sigma) needs L / mu
-    rounds on average. But the batch ends with its last row, and at K > 0 the rows' progress
-    spreads: after L / mu rounds, by sigma sqrt(L / mu) tokens. The last of n rows then lags
-    by about z_n such deviations (z_n: the mean of the largest of n standard normals, Blom's
-    Phi^-1((n - 0.375) / (n + 0.25))), z_n sigma sqrt(L / mu) / mu rounds. K = 0 does not spread,
-    and a wide K spreads most, so a large batch chooses a smaller K than its rows' mean alpha
-    alone would. At B = 1, z = 0: Theorem 3.8's tokens per unit time.
+    """Index into widths (0-d long) maximising the batch's expected tokens per unit time:
+    sum over active rows of eq. (1), over round_time[w] (any unit, e.g. K = 0 rounds).
 
     The smallest width within a factor (1 + margin) of the best wins: alpha is an estimate, and
     near break-even its noise would otherwise buy rounds of speculation that lose time.
     Tensor ops only, so it can run inside the compiled round and its result ride in the round's
     one host read."""
-    mean, var = tokens_per_round(alpha.double(), widths)
-    rows = active.sum().clamp(min=1).double()
-    z = torch.special.ndtri((rows - 0.375) / (rows + 0.25))
-    left = remaining.double().clamp(min=0).reshape(-1, 1)  # [B, 1], or [1, 1]: one for all
-    rounds = left / mean + z * var.clamp(min=0).sqrt() * (left / mean).sqrt() / mean  # [B, W]
-    time = (rounds * active[:, None]).sum(0) / rows * round_time.double()
-    good_enough = time <= time.min() * (1 + margin)
+    tokens = (expected_tokens(alpha.double(), widths) * active[:, None]).sum(0)  # [W]
+    rate = tokens / round_time.double()
+    good_enough = rate * (1 + margin) >= rate.max()
     return good_enough.int().argmax()  # the first True: widths ascend
 
 
@@ -277,10 +253,7 @@ def next_width(
         config.idle_decay,
     )
     alpha = current_alpha(estimate, config.prior_alpha, config.prior_weight)
-    remaining = state.max_new - state.generated
-    choice = choose_width(
-        alpha, ~state.done, remaining, config.widths, relative_times, config.margin
-    )
+    choice = choose_width(alpha, ~state.done, config.widths, relative_times, config.margin)
     return state._replace(
         estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight
     ), choice

@@ -414,15 +414,14 @@ class SpeculativeDecoder:
         warming up: every width in turn)."""
         if spec.num_speculative_tokens != "auto":
             return WidthSchedule(spec.widths, None, warm_up)
+        batch_size = len(params)
         times = self.round_times.setdefault(
-            (spec.proposer, len(params), *sample_methods(spec, params)),
+            (spec.proposer, batch_size, *sample_methods(spec, params)),
             RoundTimes(self.cost_ratio(spec.proposer)),
         )
         schedule = WidthSchedule(spec.widths, times, warm_up)
         if not warm_up:
-            schedule.k = self.first_width(
-                spec.adaptive, schedule.relative_times, [p.max_new_tokens for p in params]
-            )
+            schedule.k = self.first_width(spec.adaptive, schedule.relative_times, batch_size)
         return schedule
 
     def decode_round(self, run: DecodeRun) -> None:
@@ -531,16 +530,13 @@ class SpeculativeDecoder:
         return "draft"
 
     @staticmethod
-    def first_width(
-        adaptive: AdaptiveConfig, relative_times: torch.Tensor, max_new_tokens: list[int]
-    ) -> int:
+    def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
         """The first round's K, every row at the prior alpha (later rounds choose inside the
         round). Host tensors: no device read."""
-        rows = len(max_new_tokens)
+        prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
         index = choose_width(
-            torch.full((rows,), adaptive.prior_alpha, dtype=torch.float64),
-            torch.ones(rows, dtype=torch.bool),
-            torch.tensor(max_new_tokens),
+            prior,
+            torch.ones(batch_size, dtype=torch.bool),
             adaptive.widths,
             relative_times,
             adaptive.margin,

@@ -15,7 +15,6 @@ from minispec.adaptive import (
     current_alpha,
     expected_tokens,
     initial_estimate,
-    tokens_per_round,
     update_estimate,
     would_keep,
 )
@@ -24,13 +23,12 @@ from minispec.stats import predicted_speedup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 WIDTHS = (0, 2, 4, 8)
-LEFT = torch.tensor(128)  # tokens each row has left to emit
 
 
 def pick(alpha: float, c: float, rows: int = 1, widths: tuple[int, ...] = WIDTHS) -> int:
     a = torch.full((rows,), alpha, dtype=torch.float64)
     times = torch.tensor([1 + k * c for k in widths], dtype=torch.float64)
-    return widths[choose_width(a, torch.ones(rows, dtype=torch.bool), LEFT, widths, times)]
+    return widths[choose_width(a, torch.ones(rows, dtype=torch.bool), widths, times)]
 
 
 def test_expected_tokens_is_eq_1() -> None:
@@ -52,7 +50,7 @@ def test_margin_prefers_the_smaller_width_near_a_tie() -> None:
         [1 + k * 0.15 for k in WIDTHS], dtype=torch.float64
     )  # rate: K = 8 is 1.09x K = 4
     one = torch.ones(1, dtype=torch.bool)
-    assert [WIDTHS[choose_width(alpha, one, LEFT, WIDTHS, times, m)] for m in (0.0, 0.05, 0.1)] == [
+    assert [WIDTHS[choose_width(alpha, one, WIDTHS, times, m)] for m in (0.0, 0.05, 0.1)] == [
         8,
         8,
         4,
@@ -73,53 +71,12 @@ def test_the_batch_shares_one_k_and_done_rows_do_not_vote() -> None:
     times = torch.tensor([1 + k * 0.3 for k in WIDTHS], dtype=torch.float64)
     everyone = torch.ones(8, dtype=torch.bool)
     assert (
-        WIDTHS[choose_width(alpha, everyone, LEFT, WIDTHS, times)] == 0
+        WIDTHS[choose_width(alpha, everyone, WIDTHS, times)] == 0
     )  # six poor rows outweigh two good ones
-    assert (
-        WIDTHS[choose_width(alpha, alpha > 0.5, LEFT, WIDTHS, times)] == 8
-    )  # ... unless they are done
+    assert WIDTHS[choose_width(alpha, alpha > 0.5, WIDTHS, times)] == 8  # ... unless they are done
     # A verify whose cost grows with K (a large batch) lowers K at the same alpha.
     steep = torch.tensor([1.0, 1.6, 2.2, 4.5], dtype=torch.float64)
-    assert WIDTHS[choose_width(alpha[:2], everyone[:2], LEFT, WIDTHS, steep)] == 4
-
-
-def rounds_to_finish(rows: int, k: int, alpha: float, left: int, trials: int) -> float:
-    """Simulated: the mean number of rounds until every one of `rows` rows emitted `left`
-    tokens, each round's drafts accepted i.i.d. with probability alpha."""
-    gen, total = torch.Generator().manual_seed(k), 0
-    for _ in range(trials):
-        emitted = torch.zeros(rows)
-        while (emitted < left).any():
-            passed = torch.rand(rows, k, generator=gen) < alpha
-            emitted += 1 + passed.int().cumprod(1).sum(1)
-            total += 1
-    return total / trials
-
-
-def test_a_large_batch_waits_for_its_last_row() -> None:
-    """At the round times of a large batch, one row at alpha 0.75 is fastest at K = 4, but 64
-    such rows finish sooner at K = 2: the batch ends with its last row, and a wide K spreads
-    the rows' progress most. The chooser's choice at both sizes is the one a simulation of
-    the rows finds fastest; choosing by the rows' summed tokens per unit time, as the
-    rule this replaced did, takes K = 4 for the batch too (its power)."""
-    times = torch.tensor([1.0, 1.8, 2.3, 3.5], dtype=torch.float64)
-    for rows, trials in ((1, 200), (64, 20)):
-        simulated = [rounds_to_finish(rows, k, 0.75, 128, trials) for k in WIDTHS]
-        best = WIDTHS[min(range(4), key=lambda w: simulated[w] * times[w])]
-        alpha = torch.full((rows,), 0.75, dtype=torch.float64)
-        assert WIDTHS[choose_width(alpha, alpha > 0, LEFT, WIDTHS, times)] == best
-        assert best == (4 if rows == 1 else 2)
-    summed_rate = expected_tokens(alpha, WIDTHS).sum(0) / times
-    assert WIDTHS[int(summed_rate.argmax())] == 4
-
-
-def test_tokens_per_round_has_the_simulated_mean_and_variance() -> None:
-    gen = torch.Generator().manual_seed(0)
-    passed = torch.rand(200_000, 4, generator=gen) < 0.75
-    n = (1 + passed.int().cumprod(1).sum(1)).double()
-    mean, var = tokens_per_round(torch.tensor([0.75], dtype=torch.float64), (4,))
-    assert mean.item() == pytest.approx(n.mean().item(), rel=0.01)
-    assert var.item() == pytest.approx(n.var().item(), rel=0.02)
+    assert WIDTHS[choose_width(alpha[:2], everyone[:2], WIDTHS, steep)] == 4
 
 
 def test_running_alpha_follows_observations_and_drifts_back_to_the_prior() -> None:
@@ -170,7 +127,7 @@ def test_compiles_in_one_graph() -> None:
     def step(est, accepted, tested, active, times):
         est = update_estimate(est, accepted, tested, config.decay, config.idle_decay)
         alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
-        return est, choose_width(alpha, active, LEFT, config.widths, times, config.margin)
+        return est, choose_width(alpha, active, config.widths, times, config.margin)
 
     compiled = torch.compile(step, fullgraph=True, dynamic=False)
     est = initial_estimate(3)
@@ -208,7 +165,7 @@ def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
         alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
         return config.widths[
             choose_width(
-                alpha, torch.ones(1, dtype=torch.bool), LEFT, config.widths, times, config.margin
+                alpha, torch.ones(1, dtype=torch.bool), config.widths, times, config.margin
             )
         ]
 
