@@ -2,11 +2,9 @@
 
 Leviathan et al.'s Theorem 3.8 says one round of K drafts yields (1 - a^(K+1)) / (1 - a) tokens
 in expectation (eq. 1) at a cost of Kc + 1 target steps. A batch shares one K (one compiled
-graph per width) and ends with its last row, so the width chosen is the one whose projected
-time to finish the batch is shortest: the rows' rounds to emit what they have left, with the
-lag of the last row (choose_width), times the round's measured time at this batch size. K = 0
-wins where drafting cannot pay (a low, or c high, or a verify of K + 1 tokens that costs much
-more than one: large batches), and K grows with a.
+graph per width), so the round's value is the sum of its rows' expected tokens, divided by the
+round's measured time at this batch size: K = 0 wins where drafting cannot pay (a low, or c high,
+or a verify of K + 1 tokens that costs much more than one: large batches), and K grows with a.
 
 Exactness: K may depend on anything already emitted, never on this round's randomness. Here it
 depends on the running estimate of alpha (past rounds' acceptance) and on past timings only.

@@ -324,7 +324,6 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     def by_history(
         alpha: torch.Tensor,
         active: torch.Tensor,
-        remaining: torch.Tensor,
         widths: tuple[int, ...],
         round_time: torch.Tensor,
         margin: float = 0.0,
