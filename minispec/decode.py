@@ -121,9 +121,9 @@ class WidthSchedule:
 class DecodeRun:
     """One generate() call in flight: what its rounds read and write on the host."""
 
-    # The compiled rounds by kind (RoundKind), each as (its static arguments bound, unbound:
-    # the unbound one says whether its last call compiled): "own" for every proposer; the
-    # hybrid's "draft" and "lookup" rounds too.
+    # The compiled rounds by kind, each as (its static arguments bound, unbound: the unbound
+    # one says whether its last call compiled): "own" for every proposer; the hybrid's "draft"
+    # and "lookup" rounds too (SpeculativeDecoder.hybrid_kind chooses among its three).
     rounds: dict[str, tuple[Callable, Announced]]
     host_lookup: HostLookupProposer | None  # looks up on the host, between rounds
     gate: LookupGate | None  # the hybrid's: whether lookup rounds have paid
