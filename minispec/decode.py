@@ -522,10 +522,11 @@ class SpeculativeDecoder:
         trusted = every_lookup_trusted(lengths, run.active, self.hybrid_threshold)
         # What a lookup round would have drafted, for the gate to judge by this round's tokens.
         run.trusted_drafts = proposal.draft_token_ids.tolist() if trusted else None
-        if run.compile_lookup_round or (trusted and run.gate.open()):
+        gate_open = run.gate.open()
+        if run.compile_lookup_round or (trusted and gate_open):
             return "lookup"
         some = any(m >= self.hybrid_threshold and a for m, a in zip(lengths, run.active))
-        if run.schedule.warm_up or (some and run.gate.open()):
+        if run.schedule.warm_up or (some and gate_open):
             return "own"  # a warm-up compiles it at every width
         return "draft"
 
