@@ -24,7 +24,14 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.adaptive import AdaptiveConfig, LookupGate, RoundTimes, choose_width, would_keep
+from minispec.adaptive import (
+    AdaptiveConfig,
+    FamilyPrior,
+    LookupGate,
+    RoundTimes,
+    choose_width,
+    would_keep,
+)
 from minispec.compiled import Announced, compile_fn
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
@@ -131,6 +138,7 @@ class DecodeRun:
     state: LoopState
     constraints: RowConstraints
     schedule: WidthSchedule
+    prior: FamilyPrior | None  # with "auto": what the call's measured alpha goes into
     stats: DecodeStats
     on_tokens: Callable[[int, list[int], list[str]], None] | None
     outputs: list[list[int]]  # per row: the generated ids so far
@@ -190,8 +198,9 @@ class SpeculativeDecoder:
         )
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
         self.rounds: dict[tuple, tuple[Proposer, HostLookupProposer | None, Announced]] = {}
-        # adaptive K's measurements, per (proposer, batch size)
+        # adaptive K's measurements, per graph family (proposer, batch size, sample methods)
         self.round_times: dict[tuple[str, int, str, str], RoundTimes] = {}
+        self.priors: dict[tuple[str, int, str, str], FamilyPrior] = {}
         # the hybrid's lookup rounds against its own, per (batch size, sample methods)
         self.lookup_gates: dict[tuple[int, str, str], LookupGate] = {}
 
@@ -268,9 +277,11 @@ class SpeculativeDecoder:
         params: list[SamplingParams],
         k: int,
         uses_draft: bool = True,
+        prior_alpha: float = AdaptiveConfig().prior_alpha,
     ) -> LoopState:
         """Fill the caches (the target's, and the draft's when it drafts) with every prompt token
-        but the last (which the first round feeds). k: the widest K of any round.
+        but the last (which the first round feeds). k: the widest K of any round; prior_alpha:
+        adaptive K's prior for the rows.
 
         Eager: prefill runs once per request, so compiling its padded shapes would cost more
         start-up than it saves."""
@@ -291,7 +302,12 @@ class SpeculativeDecoder:
             model(tokens[:, :width], positions)
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
         return LoopState.start(
-            tokens, [len(p) for p in prompts], [p.max_new_tokens for p in params], seeds, k
+            tokens,
+            [len(p) for p in prompts],
+            [p.max_new_tokens for p in params],
+            seeds,
+            k,
+            prior_alpha,
         )
 
     @torch.no_grad()
@@ -327,6 +343,8 @@ class SpeculativeDecoder:
         while not run.done:
             self.decode_round(run)
         self.collect(run.state, run.stats)
+        if run.prior is not None:
+            run.prior.observe_call(run.stats.alpha_sum, run.stats.alpha_count, spec.adaptive)
         return GenerationOutput(run.outputs, run.origins, run.stats)
 
     def start_run(
@@ -345,9 +363,12 @@ class SpeculativeDecoder:
         _, host_lookup, compiled_round = self.proposer(spec.proposer if widest else "draft_model")
         rounds, gate = self.hybrid_rounds(spec, params, widest)
         rounds["own"] = (self.bind_round(compiled_round, spec, params), compiled_round)
+        auto = spec.num_speculative_tokens == "auto"
+        prior = self.priors.setdefault(self.family(spec, params), FamilyPrior()) if auto else None
+        prior_alpha = spec.adaptive.prior_alpha if prior is None else prior.alpha(spec.adaptive)
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
-        state = self.prefill(prompts, params, widest, uses_draft)
+        state = self.prefill(prompts, params, widest, uses_draft, prior_alpha)
         constraints = row_constraints(params, self.device)
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(
@@ -357,7 +378,8 @@ class SpeculativeDecoder:
             uses_draft=uses_draft,
             state=state,
             constraints=constraints,
-            schedule=self.schedule(spec, params, warm_up),
+            schedule=self.schedule(spec, params, warm_up, prior_alpha),
+            prior=prior,
             stats=stats,
             on_tokens=on_tokens,
             outputs=[[] for _ in prompts],
@@ -406,22 +428,31 @@ class SpeculativeDecoder:
             adaptive=spec.adaptive if adapts and spec.num_speculative_tokens == "auto" else None,
         )
 
+    @staticmethod
+    def family(spec: SpeculativeConfig, params: list[SamplingParams]) -> tuple[str, int, str, str]:
+        """The graph family a call's rounds belong to: what adaptive K keeps across calls."""
+        return (spec.proposer, len(params), *sample_methods(spec, params))
+
     def schedule(
-        self, spec: SpeculativeConfig, params: list[SamplingParams], warm_up: bool
+        self,
+        spec: SpeculativeConfig,
+        params: list[SamplingParams],
+        warm_up: bool,
+        prior_alpha: float,
     ) -> WidthSchedule:
         """The call's WidthSchedule; with "auto", round times are kept across calls per graph
-        family (proposer, B, sample methods), and the first K comes from the prior (unless
-        warming up: every width in turn)."""
+        family, and the first K comes from the prior (unless warming up: every width in
+        turn)."""
         if spec.num_speculative_tokens != "auto":
             return WidthSchedule(spec.widths, None, warm_up)
-        batch_size = len(params)
         times = self.round_times.setdefault(
-            (spec.proposer, batch_size, *sample_methods(spec, params)),
-            RoundTimes(self.cost_ratio(spec.proposer)),
+            self.family(spec, params), RoundTimes(self.cost_ratio(spec.proposer))
         )
         schedule = WidthSchedule(spec.widths, times, warm_up)
         if not warm_up:
-            schedule.k = self.first_width(spec.adaptive, schedule.relative_times, batch_size)
+            schedule.k = self.first_width(
+                spec.adaptive, prior_alpha, schedule.relative_times, len(params)
+            )
         return schedule
 
     def decode_round(self, run: DecodeRun) -> None:
@@ -531,10 +562,12 @@ class SpeculativeDecoder:
         return "draft"
 
     @staticmethod
-    def first_width(adaptive: AdaptiveConfig, relative_times: torch.Tensor, batch_size: int) -> int:
+    def first_width(
+        adaptive: AdaptiveConfig, prior_alpha: float, relative_times: torch.Tensor, batch_size: int
+    ) -> int:
         """The first round's K, every row at the prior alpha (later rounds choose inside the
         round). Host tensors: no device read."""
-        prior = torch.full((batch_size,), adaptive.prior_alpha, dtype=torch.float64)
+        prior = torch.full((batch_size,), prior_alpha, dtype=torch.float64)
         index = choose_width(
             prior,
             torch.ones(batch_size, dtype=torch.bool),

@@ -31,6 +31,7 @@ class LoopState(NamedTuple):
     # adaptive K's running alpha (minispec/adaptive.py): decayed sums of beta and of positions
     estimate_sum: torch.Tensor  # [B] float64
     estimate_weight: torch.Tensor  # [B] float64
+    estimate_prior: torch.Tensor  # [B] float64: where the estimate starts, and drifts back to
 
     @classmethod
     def start(
@@ -40,9 +41,11 @@ class LoopState(NamedTuple):
         max_new_tokens: list[int],
         seeds: list[int],
         num_speculative_tokens: int,
+        prior_alpha: float,
     ) -> LoopState:
         """The state before the first round: prompts in place, counters at zero.
-        num_speculative_tokens is the widest K any round will use."""
+        num_speculative_tokens is the widest K any round will use; prior_alpha, adaptive K's
+        prior for every row (FamilyPrior)."""
         b, device = tokens.shape[0], tokens.device
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -66,6 +69,7 @@ class LoopState(NamedTuple):
             alpha_count=zeros(),
             estimate_sum=zeros(dtype=torch.float64),
             estimate_weight=zeros(dtype=torch.float64),
+            estimate_prior=torch.full((b,), prior_alpha, dtype=torch.float64, device=device),
         )
 
 

@@ -9,16 +9,20 @@ from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
 from minispec.adaptive import (
     AdaptiveConfig,
+    AlphaEstimate,
+    FamilyPrior,
     LookupGate,
     RoundTimes,
     choose_width,
     current_alpha,
     expected_tokens,
     initial_estimate,
+    next_width,
     update_estimate,
     would_keep,
 )
 from minispec.decode import WidthSchedule
+from minispec.state import LoopState, Observation
 from minispec.stats import predicted_speedup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -94,6 +98,43 @@ def test_running_alpha_follows_observations_and_drifts_back_to_the_prior() -> No
         est = update_estimate(est, torch.zeros(2), torch.zeros(2), config.decay, config.idle_decay)
         history.append(current_alpha(est, config.prior_alpha, config.prior_weight)[0].item())
     assert history == sorted(history) and history[50] < 0.55 and 0.59 < history[-1] < 0.7
+
+
+def test_a_familys_prior_is_what_its_last_calls_measured() -> None:
+    config = AdaptiveConfig(prior_alpha=0.7, prior_weight=2.0, call_decay=0.5)
+    prior = FamilyPrior()
+    assert prior.alpha(config) == 0.7  # no call measured yet
+    prior.observe_call(alpha_sum=90.0, alpha_count=100, config=config)
+    assert prior.alpha(config) == pytest.approx((90 + 1.4) / (100 + 2))
+    prior.observe_call(alpha_sum=50.0, alpha_count=100, config=config)  # the older call halves
+    assert prior.alpha(config) == pytest.approx((45 + 50 + 1.4) / (50 + 100 + 2))
+
+
+def test_rows_start_from_their_prior_and_drift_back_to_it() -> None:
+    """The round's chooser reads each row's prior from the state, not the configured one: the
+    same rows, with nothing observed yet, draft the most at a prior of 0.95 and not at all at
+    0.3, and a row that stops drafting returns to its prior."""
+    config, b = AdaptiveConfig(prior_alpha=0.7), 2
+    times = RoundTimes(c=0.3).relative(config.widths)
+    nothing = Observation(torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.float64))
+
+    def start(prior: float) -> LoopState:
+        return LoopState.start(
+            torch.zeros(b, 4, dtype=torch.long), [1] * b, [8] * b, [0] * b, 8, prior
+        )
+
+    chosen = {
+        p: config.widths[next_width(start(p), nothing, config, times)[1]] for p in (0.95, 0.3)
+    }
+    assert chosen == {0.95: 8, 0.3: 0}
+    state = start(0.95)._replace(
+        estimate_sum=torch.full((b,), 2.0), estimate_weight=torch.full((b,), 10.0)
+    )
+    for _ in range(1000):  # idle_decay 0.99 per round without drafts
+        state, _ = next_width(state, nothing, config, times)
+    estimate = AlphaEstimate(state.estimate_sum, state.estimate_weight)
+    alpha = current_alpha(estimate, state.estimate_prior, config.prior_weight)
+    assert alpha.tolist() == pytest.approx([0.95, 0.95], abs=0.01)
 
 
 def test_round_times_prefer_measurements() -> None:

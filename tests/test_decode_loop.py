@@ -123,6 +123,7 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
         alpha_count=torch.zeros(b, dtype=torch.long),
         estimate_sum=torch.zeros(b, dtype=torch.float64),
         estimate_weight=torch.zeros(b, dtype=torch.float64),
+        estimate_prior=torch.full((b,), 0.7, dtype=torch.float64),
     )
     num_drafts = torch.full((b,), k)
     observed = observe(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
@@ -741,6 +742,29 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     assert len(tables) == 2  # one per family: greedy and probabilistic drafting
     assert all(0 < t.seconds[2] < 0.5 for t in tables), [t.seconds for t in tables]
     assert observed and max(s for _, s in observed) < 0.5, observed  # no 2 s compile among them
+
+
+def test_a_calls_rows_start_from_the_alpha_the_familys_last_call_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A draft equal to the target (alpha = 1): the first call's rows start at the configured
+    prior, the next call's at what the first measured; a fixed K learns nothing."""
+    target = random_gpt(32, 3, scale=1.5, max_seq_len=40)
+    decoder = SpeculativeDecoder(target, perturbed_copy(target, 4, mix=0.0), compile=False)
+    priors: list[float] = []
+    start = LoopState.start.__func__
+
+    def recording_start(cls, *args):
+        priors.append(args[-1])
+        return start(cls, *args)
+
+    monkeypatch.setattr(LoopState, "start", classmethod(recording_start))
+    params = [SamplingParams(temperature=0.0, max_new_tokens=12)]
+    specs = (SpeculativeConfig(2), SpeculativeConfig("auto"), SpeculativeConfig("auto"))
+    stats = [decoder.generate([[1, 2]], params, spec).stats for spec in specs]
+    assert stats[1].alpha == 1.0 and len(decoder.priors) == 1
+    measured = (stats[1].alpha_sum + 0.7 * 2) / (stats[1].alpha_count + 2)  # shrunk as a row's
+    assert priors == [0.7, 0.7, pytest.approx(measured)] and measured > 0.9
 
 
 def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(

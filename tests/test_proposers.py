@@ -56,7 +56,7 @@ def reference(row: list[int], k: int, n_min: int, n_max: int) -> tuple[list[int]
 def test_a_prompt_that_repeats_itself_proposes_the_repeat() -> None:
     text = "    self.assertEqual(x, 1)\n    self.assertEqual(y, 2)\n    self.assert"
     tokens, seq_len = batch([encode(text)], width=128)
-    state = LoopState.start(tokens, seq_len.tolist(), [1], [0], 8)
+    state = LoopState.start(tokens, seq_len.tolist(), [1], [0], 8, 0.7)
     p = NgramProposer().propose(state, 8, None, None, "greedy", None)
     assert bytes(p.draft_token_ids[0].tolist()) == b"Equal(y,"  # the most recent occurrence
     assert p.num_draft_tokens.tolist() == [8] and p.draft_probs is None
