@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401 (one_thread: a fixture)
 
+from minispec.commands import bench_proposers
 from minispec.commands.bench_proposers import batch_table, summed
 from minispec.decode import SpeculativeDecoder
 from minispec.stats import DecodeStats
@@ -26,9 +27,31 @@ def test_batch_table_pairs_each_setting_with_its_rotations_baseline() -> None:
         assert row["auto_over_best_fixed"] == pytest.approx(
             row["K=auto"]["speedup"]["median"] / best
         )
+        paired = row["auto_over_best_fixed_paired"]
+        assert 0 < paired["min"] <= paired["median"] <= paired["max"]
         for k in ("K=2", "K=4", "K=auto"):
             s = row[k]["speedup"]
             assert 0 < s["min"] <= s["median"] <= s["max"]
+
+
+def test_auto_is_paired_with_the_best_fixed_k_of_its_own_rotation(monkeypatch) -> None:
+    """Rates by rotation: the machine is slow for K = 2 and auto in rotation 1. Auto is 0.95 of
+    K = 2 in two rotations of three, which the paired median says; the ratio of the medians
+    (1.6 / 1.5) would call it faster."""
+    rates = {0: [100, 100, 100], 2: [200, 100, 150], 4: [110, 110, 110], "auto": [190, 95, 160]}
+
+    def fake_decode_all(decoder, prompts, spec, temperature, max_new, seed, batch):
+        rate = rates[spec.num_speculative_tokens][seed // 1000]
+        return DecodeStats(spec.num_speculative_tokens, emitted=rate, time_round=1.0)
+
+    monkeypatch.setattr(bench_proposers, "decode_all", fake_decode_all)
+    monkeypatch.setattr(bench_proposers, "warm_up", lambda *args: None)
+    (row,) = batch_table(None, ["x"], [0.0], [1], [2, 4], 8, 3)
+    assert row["best_fixed_K"] == 2
+    assert row["auto_over_best_fixed"] == pytest.approx(1.6 / 1.5)
+    assert row["auto_over_best_fixed_paired"] == pytest.approx(
+        {"median": 0.95, "min": 0.95, "max": 160 / 150}
+    )
 
 
 def test_summed_adds_counts_and_merges_positions_and_histograms() -> None:
