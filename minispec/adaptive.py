@@ -189,8 +189,8 @@ class FamilyPrior:
     call_decay, shrunk towards prior_alpha as a row's estimate is (prior_alpha before any call).
 
     With prior_alpha alone every call began as if alpha were 0.7. The shipped pair's is 0.89
-    at T = 0, and at B = 64 a call then spent its first 8 of about 36 rounds at K = 2, where
-    K = 4 yields more tokens per second. Exact: it reads finished calls only."""
+    at T = 0, and in a traced run at B = 64 a call spent its first 8 of about 36 rounds at
+    K = 2, where K = 4 yields more tokens per second. Exact: it reads finished calls only."""
 
     estimate: AlphaEstimate = field(default_factory=lambda: initial_estimate(1))
 
