@@ -2,9 +2,10 @@
 
 Leviathan et al.'s Theorem 3.8 says one round of K drafts yields (1 - a^(K+1)) / (1 - a) tokens
 in expectation (eq. 1) at a cost of Kc + 1 target steps. A batch shares one K (one compiled
-graph per width), so the round's value is the sum of its rows' expected tokens, divided by the
-round's measured time at this batch size: K = 0 wins where drafting cannot pay (a low, or c high,
-or a verify of K + 1 tokens that costs much more than one: large batches), and K grows with a.
+graph per width), so the round's value is the sum of its rows' expected tokens (each capped at
+the tokens the row may still keep), divided by the round's measured time at this batch size:
+K = 0 wins where drafting cannot pay (a low, or c high, or a verify of K + 1 tokens that costs
+much more than one: large batches), and K grows with a.
 
 Exactness: K may depend on anything already emitted, never on this round's randomness. Here it
 depends on the running estimate of alpha (past rounds' acceptance) and on past timings only.
@@ -94,29 +95,40 @@ def current_alpha(
     return (estimate.weighted_sum + prior_alpha * prior_weight) / (estimate.weight + prior_weight)
 
 
-def expected_tokens(alpha: torch.Tensor, widths: tuple[int, ...]) -> torch.Tensor:
+def expected_tokens(
+    alpha: torch.Tensor, widths: tuple[int, ...], remaining: torch.Tensor | None = None
+) -> torch.Tensor:
     """Eq. (1) for every row and width, [B, W]: sum_{i=0..K} a^i, which is (1 - a^(K+1)) / (1 - a)
-    without the 0/0 at a = 1 (there it is K + 1). widths are Python ints: static under compile."""
+    without the 0/0 at a = 1 (there it is K + 1). widths are Python ints: static under compile.
+
+    remaining [B]: the tokens each row may still keep (its max_new_tokens left, 0 once done). A
+    round keeps at most that many, so the sum stops at i = remaining - 1: E[min(n + 1, remaining)].
+    Without the cap eq. (1) counts drafts past a row's end, 4-6 % of K = 8's tokens at 128 new
+    tokens a row, and overvalues wide rounds near the end of every row."""
     i = torch.arange(max(widths) + 1, device=alpha.device)
     upto = i <= torch.tensor(widths, device=alpha.device)[:, None]  # [W, Kmax+1]
-    return (alpha[:, None, None] ** i * upto).sum(-1)
+    terms = alpha[:, None] ** i  # [B, Kmax+1]
+    if remaining is not None:
+        terms = terms * (i < remaining[:, None])
+    return (terms[:, None, :] * upto).sum(-1)
 
 
 def choose_width(
     alpha: torch.Tensor,
-    active: torch.Tensor,
+    remaining: torch.Tensor,
     widths: tuple[int, ...],
     round_time: torch.Tensor,
     margin: float = 0.0,
 ) -> torch.Tensor:
     """Index into widths (0-d long) maximising the batch's expected tokens per unit time:
-    sum over active rows of eq. (1), over round_time[w] (any unit, e.g. K = 0 rounds).
+    the sum over rows of eq. (1), each capped at the row's remaining tokens (0 for a done row:
+    it does not vote), over round_time[w] (any unit, e.g. K = 0 rounds).
 
     The smallest width within a factor (1 + margin) of the best wins: alpha is an estimate, and
     near break-even its noise would otherwise buy rounds of speculation that lose time.
     Tensor ops only, so it can run inside the compiled round and its result ride in the round's
     one host read."""
-    tokens = (expected_tokens(alpha.double(), widths) * active[:, None]).sum(0)  # [W]
+    tokens = expected_tokens(alpha.double(), widths, remaining).sum(0)  # [W]
     rate = tokens / round_time.double()
     good_enough = rate * (1 + margin) >= rate.max()
     return good_enough.int().argmax()  # the first True: widths ascend
@@ -284,7 +296,8 @@ def next_width(
         config.idle_decay,
     )
     alpha = current_alpha(estimate, state.estimate_prior, config.prior_weight)
-    choice = choose_width(alpha, ~state.done, config.widths, relative_times, config.margin)
+    remaining = torch.where(state.done, 0, state.max_new - state.generated)
+    choice = choose_width(alpha, remaining, config.widths, relative_times, config.margin)
     return state._replace(
         estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight
     ), choice

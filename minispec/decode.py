@@ -451,7 +451,7 @@ class SpeculativeDecoder:
         schedule = WidthSchedule(spec.widths, times, warm_up)
         if not warm_up:
             schedule.k = self.first_width(
-                spec.adaptive, prior_alpha, schedule.relative_times, len(params)
+                spec.adaptive, prior_alpha, schedule.relative_times, params
             )
         return schedule
 
@@ -563,14 +563,16 @@ class SpeculativeDecoder:
 
     @staticmethod
     def first_width(
-        adaptive: AdaptiveConfig, prior_alpha: float, relative_times: torch.Tensor, batch_size: int
+        adaptive: AdaptiveConfig,
+        prior_alpha: float,
+        relative_times: torch.Tensor,
+        params: list[SamplingParams],
     ) -> int:
-        """The first round's K, every row at the prior alpha (later rounds choose inside the
-        round). Host tensors: no device read."""
-        prior = torch.full((batch_size,), prior_alpha, dtype=torch.float64)
+        """The first round's K, every row at the prior alpha with all its max_new_tokens to go
+        (later rounds choose inside the round). Host tensors: no device read."""
         index = choose_width(
-            prior,
-            torch.ones(batch_size, dtype=torch.bool),
+            torch.full((len(params),), prior_alpha, dtype=torch.float64),
+            torch.tensor([p.max_new_tokens for p in params]),
             adaptive.widths,
             relative_times,
             adaptive.margin,

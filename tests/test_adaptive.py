@@ -29,16 +29,38 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 WIDTHS = (0, 2, 4, 8)
 
 
+def far(rows: int) -> torch.Tensor:
+    """Remaining tokens for rows far from their end: no cap binds."""
+    return torch.full((rows,), 1000)
+
+
 def pick(alpha: float, c: float, rows: int = 1, widths: tuple[int, ...] = WIDTHS) -> int:
     a = torch.full((rows,), alpha, dtype=torch.float64)
     times = torch.tensor([1 + k * c for k in widths], dtype=torch.float64)
-    return widths[choose_width(a, torch.ones(rows, dtype=torch.bool), widths, times)]
+    return widths[choose_width(a, far(rows), widths, times)]
 
 
 def test_expected_tokens_is_eq_1() -> None:
     got = expected_tokens(torch.tensor([0.75, 0.9, 0.0, 1.0], dtype=torch.float64), (0, 3, 7))
     want = [[1, 2.734, 3.600], [1, 3.439, 5.695], [1, 1, 1], [1, 4, 8]]  # eq. (1); a = 1: K + 1
     assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=6e-4)
+
+
+def test_expected_tokens_stop_at_a_rows_remaining_tokens() -> None:
+    """A round keeps at most the tokens a row has left: E[min(n + 1, remaining)]."""
+    alpha = torch.full((3,), 0.9, dtype=torch.float64)
+    got = expected_tokens(alpha, (0, 2, 8), torch.tensor([0, 2, 1000]))
+    want = [[0, 0, 0], [1, 1.9, 1.9], [1, 2.71, 6.126]]
+    assert torch.allclose(got, torch.tensor(want, dtype=torch.float64), atol=6e-4)
+
+
+def test_a_row_near_its_end_drafts_no_more_than_it_can_keep() -> None:
+    """With 3 tokens left, K = 2 keeps as many as K = 8 in expectation, for less time; far from
+    the end the same alpha and times choose K = 8."""
+    alpha = torch.full((1,), 0.95, dtype=torch.float64)
+    times = torch.tensor([1 + k * 0.05 for k in WIDTHS], dtype=torch.float64)
+    assert WIDTHS[choose_width(alpha, torch.tensor([3]), WIDTHS, times)] == 2
+    assert WIDTHS[choose_width(alpha, far(1), WIDTHS, times)] == 8
 
 
 @pytest.mark.parametrize("alpha", [0.1, 0.35, 0.6, 0.8, 0.93, 1.0])
@@ -53,8 +75,7 @@ def test_margin_prefers_the_smaller_width_near_a_tie() -> None:
     times = torch.tensor(
         [1 + k * 0.15 for k in WIDTHS], dtype=torch.float64
     )  # rate: K = 8 is 1.09x K = 4
-    one = torch.ones(1, dtype=torch.bool)
-    assert [WIDTHS[choose_width(alpha, one, WIDTHS, times, m)] for m in (0.0, 0.05, 0.1)] == [
+    assert [WIDTHS[choose_width(alpha, far(1), WIDTHS, times, m)] for m in (0.0, 0.05, 0.1)] == [
         8,
         8,
         4,
@@ -73,11 +94,12 @@ def test_no_speculation_when_it_cannot_pay_and_more_as_alpha_grows() -> None:
 def test_the_batch_shares_one_k_and_done_rows_do_not_vote() -> None:
     alpha = torch.tensor([0.95, 0.95, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1], dtype=torch.float64)
     times = torch.tensor([1 + k * 0.3 for k in WIDTHS], dtype=torch.float64)
-    everyone = torch.ones(8, dtype=torch.bool)
+    everyone = far(8)
     assert (
         WIDTHS[choose_width(alpha, everyone, WIDTHS, times)] == 0
     )  # six poor rows outweigh two good ones
-    assert WIDTHS[choose_width(alpha, alpha > 0.5, WIDTHS, times)] == 8  # ... unless they are done
+    done = torch.where(alpha > 0.5, 1000, 0)  # a done row has nothing left to keep
+    assert WIDTHS[choose_width(alpha, done, WIDTHS, times)] == 8  # ... unless they are done
     # A verify whose cost grows with K (a large batch) lowers K at the same alpha.
     steep = torch.tensor([1.0, 1.6, 2.2, 4.5], dtype=torch.float64)
     assert WIDTHS[choose_width(alpha[:2], everyone[:2], WIDTHS, steep)] == 4
@@ -120,7 +142,7 @@ def test_rows_start_from_their_prior_and_drift_back_to_it() -> None:
 
     def start(prior: float) -> LoopState:
         return LoopState.start(
-            torch.zeros(b, 4, dtype=torch.long), [1] * b, [8] * b, [0] * b, 8, prior
+            torch.zeros(b, 4, dtype=torch.long), [1] * b, [100] * b, [0] * b, 8, prior
         )
 
     chosen = {
@@ -165,14 +187,14 @@ def test_compiles_in_one_graph() -> None:
     torch._dynamo.reset()
     config = AdaptiveConfig()
 
-    def step(est, accepted, tested, active, times):
+    def step(est, accepted, tested, remaining, times):
         est = update_estimate(est, accepted, tested, config.decay, config.idle_decay)
         alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
-        return est, choose_width(alpha, active, config.widths, times, config.margin)
+        return est, choose_width(alpha, remaining, config.widths, times, config.margin)
 
     compiled = torch.compile(step, fullgraph=True, dynamic=False)
     est = initial_estimate(3)
-    args = torch.tensor([3.0, 0.0, 1.0]), torch.tensor([3, 1, 4]), torch.tensor([True, True, False])
+    args = torch.tensor([3.0, 0.0, 1.0]), torch.tensor([3, 1, 4]), torch.tensor([100, 100, 0])
     times = RoundTimes(c=0.1).relative(config.widths)
     got, want = compiled(est, *args, times), step(est, *args, times)
     assert torch.equal(got[1], want[1]) and all(torch.equal(a, b) for a, b in zip(got[0], want[0]))
@@ -204,11 +226,7 @@ def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
 
     def adaptive(est):
         alpha = current_alpha(est, config.prior_alpha, config.prior_weight)
-        return config.widths[
-            choose_width(
-                alpha, torch.ones(1, dtype=torch.bool), config.widths, times, config.margin
-            )
-        ]
+        return config.widths[choose_width(alpha, far(1), config.widths, times, config.margin)]
 
     def shifting(r):
         return 0.9 if (r // 300) % 2 == 0 else 0.2
