@@ -221,6 +221,15 @@ class FamilyPrior:
 
 
 @dataclass(slots=True)
+class FamilyMeasurements:
+    """What adaptive K keeps across calls for one graph family (proposer, batch size, sample
+    methods): its round times per width, and the alpha its calls measured."""
+
+    times: RoundTimes
+    prior: FamilyPrior = field(default_factory=FamilyPrior)
+
+
+@dataclass(slots=True)
 class LookupGate:
     """Host-side: whether the hybrid takes a lookup round (no draft model, the widest K) when
     every row's lookup matched the threshold. A long match is no promise on its own: the shipped

@@ -26,6 +26,7 @@ import torch
 
 from minispec.adaptive import (
     AdaptiveConfig,
+    FamilyMeasurements,
     FamilyPrior,
     LookupGate,
     RoundTimes,
@@ -199,8 +200,7 @@ class SpeculativeDecoder:
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
         self.rounds: dict[tuple, tuple[Proposer, HostLookupProposer | None, Announced]] = {}
         # adaptive K's measurements, per graph family (proposer, batch size, sample methods)
-        self.round_times: dict[tuple[str, int, str, str], RoundTimes] = {}
-        self.priors: dict[tuple[str, int, str, str], FamilyPrior] = {}
+        self.families: dict[tuple[str, int, str, str], FamilyMeasurements] = {}
         # the hybrid's lookup rounds against its own, per (batch size, sample methods)
         self.lookup_gates: dict[tuple[int, str, str], LookupGate] = {}
 
@@ -363,8 +363,8 @@ class SpeculativeDecoder:
         _, host_lookup, compiled_round = self.proposer(spec.proposer if widest else "draft_model")
         rounds, gate = self.hybrid_rounds(spec, params, widest)
         rounds["own"] = (self.bind_round(compiled_round, spec, params), compiled_round)
-        auto = spec.num_speculative_tokens == "auto"
-        prior = self.priors.setdefault(self.family(spec, params), FamilyPrior()) if auto else None
+        family = self.measurements(spec, params)
+        prior = None if family is None else family.prior
         prior_alpha = spec.adaptive.prior_alpha if prior is None else prior.alpha(spec.adaptive)
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
@@ -378,7 +378,7 @@ class SpeculativeDecoder:
             uses_draft=uses_draft,
             state=state,
             constraints=constraints,
-            schedule=self.schedule(spec, params, warm_up, prior_alpha),
+            schedule=self.schedule(spec, params, warm_up, prior_alpha, family),
             prior=prior,
             stats=stats,
             on_tokens=on_tokens,
@@ -428,10 +428,17 @@ class SpeculativeDecoder:
             adaptive=spec.adaptive if adapts and spec.num_speculative_tokens == "auto" else None,
         )
 
-    @staticmethod
-    def family(spec: SpeculativeConfig, params: list[SamplingParams]) -> tuple[str, int, str, str]:
-        """The graph family a call's rounds belong to: what adaptive K keeps across calls."""
-        return (spec.proposer, len(params), *sample_methods(spec, params))
+    def measurements(
+        self, spec: SpeculativeConfig, params: list[SamplingParams]
+    ) -> FamilyMeasurements | None:
+        """With "auto", what adaptive K keeps across calls for the call's graph family (its
+        proposer, batch size and sample methods), created on first use; None for a fixed K."""
+        if spec.num_speculative_tokens != "auto":
+            return None
+        family = (spec.proposer, len(params), *sample_methods(spec, params))
+        if family not in self.families:
+            self.families[family] = FamilyMeasurements(RoundTimes(self.cost_ratio(spec.proposer)))
+        return self.families[family]
 
     def schedule(
         self,
@@ -439,16 +446,13 @@ class SpeculativeDecoder:
         params: list[SamplingParams],
         warm_up: bool,
         prior_alpha: float,
+        family: FamilyMeasurements | None,
     ) -> WidthSchedule:
-        """The call's WidthSchedule; with "auto", round times are kept across calls per graph
-        family, and the first K comes from the prior (unless warming up: every width in
-        turn)."""
-        if spec.num_speculative_tokens != "auto":
+        """The call's WidthSchedule: with "auto", timed by the family's round times, and the first
+        K from the prior (unless warming up: every width in turn)."""
+        if family is None:
             return WidthSchedule(spec.widths, None, warm_up)
-        times = self.round_times.setdefault(
-            self.family(spec, params), RoundTimes(self.cost_ratio(spec.proposer))
-        )
-        schedule = WidthSchedule(spec.widths, times, warm_up)
+        schedule = WidthSchedule(spec.widths, family.times, warm_up)
         if not warm_up:
             schedule.k = self.first_width(
                 spec.adaptive, prior_alpha, schedule.relative_times, params

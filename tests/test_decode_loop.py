@@ -738,7 +738,7 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
         params = SamplingParams(temperature=temperature, seed=1, max_new_tokens=12)
         decoder.generate([prompt], [params], spec)
     assert len(graphs) == 2  # the stand-in compiled each family once
-    tables = list(decoder.round_times.values())
+    tables = [family.times for family in decoder.families.values()]
     assert len(tables) == 2  # one per family: greedy and probabilistic drafting
     assert all(0 < t.seconds[2] < 0.5 for t in tables), [t.seconds for t in tables]
     assert observed and max(s for _, s in observed) < 0.5, observed  # no 2 s compile among them
@@ -762,7 +762,7 @@ def test_a_calls_rows_start_from_the_alpha_the_familys_last_call_measured(
     params = [SamplingParams(temperature=0.0, max_new_tokens=12)]
     specs = (SpeculativeConfig(2), SpeculativeConfig("auto"), SpeculativeConfig("auto"))
     stats = [decoder.generate([[1, 2]], params, spec).stats for spec in specs]
-    assert stats[1].alpha == 1.0 and len(decoder.priors) == 1
+    assert stats[1].alpha == 1.0 and len(decoder.families) == 1
     measured = (stats[1].alpha_sum + 0.7 * 2) / (stats[1].alpha_count + 2)  # shrunk as a row's
     assert priors == [0.7, 0.7, pytest.approx(measured)] and measured > 0.9
 
