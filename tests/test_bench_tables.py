@@ -52,6 +52,7 @@ def test_auto_is_paired_with_the_best_fixed_k_of_its_own_rotation(monkeypatch) -
     assert row["auto_over_best_fixed_paired"] == pytest.approx(
         {"median": 0.95, "min": 0.95, "max": 160 / 150}
     )
+    assert row["tokens_per_s_by_rotation"] == {f"K={k}": r for k, r in rates.items()}
 
 
 def test_summed_adds_counts_and_merges_positions_and_histograms() -> None:

@@ -202,6 +202,11 @@ def batch_table(
             ]
             base = statistics.median(rotation[0].tokens_per_second for rotation in runs)
             row = {"B": b, "temperature": temperature, "tokens_per_s_K0": base}
+            # The raw runs, rotation by rotation, for any other pairing a reader wants.
+            row["tokens_per_s_by_rotation"] = {
+                f"K={k}": [rotation[i].tokens_per_second for rotation in runs]
+                for i, k in enumerate(settings)
+            }
             for i, k in enumerate(settings[1:], start=1):
                 ratios = [rotation[i].speedup_over(rotation[0]) for rotation in runs]
                 row[f"K={k}"] = {
