@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from minispec.state import LoopState, Observation
+from minispec.state import LoopState, Observation, remaining_tokens
 
 DEFAULT_WIDTHS = (0, 2, 4, 8)
 
@@ -305,7 +305,7 @@ def next_width(
         config.idle_decay,
     )
     alpha = current_alpha(estimate, state.estimate_prior, config.prior_weight)
-    remaining = torch.where(state.done, 0, state.max_new - state.generated)
+    remaining = remaining_tokens(state)
     choice = choose_width(alpha, remaining, config.widths, relative_times, config.margin)
     return state._replace(
         estimate_sum=estimate.weighted_sum, estimate_weight=estimate.weight

@@ -108,8 +108,12 @@ def emitted_count(
     count = num_accepted + 1
     is_eos = (emitted == eos_token_id) & (j < count[:, None])
     first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), width)
-    count = torch.minimum(torch.minimum(count, first_eos + 1), state.max_new - state.generated)
-    return torch.where(state.done, 0, count)
+    return torch.minimum(torch.minimum(count, first_eos + 1), remaining_tokens(state))
+
+
+def remaining_tokens(state: LoopState) -> torch.Tensor:
+    """The tokens each row may still keep [B]: its max_new_tokens left, 0 once it is done."""
+    return torch.where(state.done, 0, state.max_new - state.generated)
 
 
 def advance(
