@@ -20,6 +20,7 @@ before the first.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ import torch
 from minispec.state import LoopState, Observation, remaining_tokens
 
 DEFAULT_WIDTHS = (0, 2, 4, 8)
+# How strongly RoundTimes.relative holds a width to the cost model, against one measured pair
+MODEL_WEIGHT = 1e-3
 
 
 class AlphaEstimate(NamedTuple):
@@ -136,36 +139,50 @@ def choose_width(
 
 @dataclass(slots=True)
 class RoundTimes:
-    """Host-side seconds per round width at the current batch size, for choose_width.
+    """Host-side round times per width at the current batch size, for choose_width, in units of
+    a K = 0 round.
 
-    Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c in units of
-    a K = 0 round (c: the draft step over the target step); measured widths replace it. Keep
-    one per compiled graph family (batch size, sample methods), and never pass it a round that
-    compiled: one such time (seconds to minutes) would price its width out for good.
+    Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c
+    (c: the draft step over the target step). Keep one per compiled graph family (batch size,
+    sample methods), and never pass it a round that compiled: one such time (seconds to
+    minutes) would price its width out for good.
 
-    Two guards against a busy machine, whose stalls make single rounds slow:
-    - A width's time is the median of its last `window` measurements. With a running mean, one
-      20 ms round among 14 ms ones priced K = 8 below K = 2, and the batch stayed at K = 2 for
-      50 rounds at two thirds of the speed.
+    Widths are compared only through rounds run one after the other. The machine's speed drifts:
+    between calls K = 0 alone ran at 634 to 859 tok/s (B = 64), and a width's latest rounds may
+    come from a slow spell or a fast one. When each width's time was the median of its own last
+    5 rounds, at B = 16, T = 1 the chooser priced K = 2 at 1.32 K = 0 rounds and K = 4 at 1.96,
+    where they took 1.91 and 2.77. It then ran K = 4 in a third of the rounds, the best fixed K
+    being K = 2 by 19 %. Two adjacent rounds share the machine's speed, so the log of their time
+    ratio measures the two widths' ratio alone. Each pair of widths keeps the median of its last
+    `window` such steps, and `relative` fits one log time per width to all of them (least
+    squares, with the model as a faint prior, which fills in widths not yet compared).
+
+    Two guards against a busy machine:
+    - A stall makes one round slow, and so two steps wrong, in opposite directions. The median
+      of the steps leaves it out. With a running mean of round times, one 20 ms round among
+      14 ms ones priced K = 8 below K = 2, and the batch stayed at K = 2 for 50 rounds at two
+      thirds of the speed.
     - A width that was not run for `retime_after` rounds of this family is due to run once
-      more (WidthSchedule). Only the chosen width is ever timed, so without this a width whose
-      one measurement came out slow would never run again."""
+      more (WidthSchedule). Only the widths that run are timed, so without this a width whose
+      one step came out slow would never run again; each such run adds two steps."""
 
     c: float
-    window: int = 5
+    window: int = 9
     retime_after: int = 128
     rounds: int = 0  # measured rounds of this family
-    samples: dict[int, deque[float]] = field(default_factory=dict)  # the latest, per width
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
+    # (a, b) with a < b: log(time at b / time at a) of adjacent rounds, the latest
+    steps: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
 
-    def observe(self, k: int, seconds: float) -> None:
+    def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> None:
+        """A round at width k took `seconds`; previous: the (width, seconds) of the round just
+        before it in the same call, if that one was timed."""
         self.rounds += 1
-        self.samples.setdefault(k, deque(maxlen=self.window)).append(seconds)
         self.last_timed[k] = self.rounds
-
-    @property
-    def seconds(self) -> dict[int, float]:
-        return {k: statistics.median(s) for k, s in self.samples.items()}
+        if previous is None or previous[0] == k:
+            return
+        (a, time_a), (b, time_b) = sorted([previous, (k, seconds)])
+        self.steps.setdefault((a, b), deque(maxlen=self.window)).append(math.log(time_b / time_a))
 
     def due(self, widths: tuple[int, ...]) -> int | None:
         """The width to time next, if any: one never timed, else the longest untimed of those
@@ -177,20 +194,22 @@ class RoundTimes:
         return min(stale, key=self.last_timed.__getitem__, default=None)
 
     def relative(self, widths: tuple[int, ...]) -> torch.Tensor:
-        """[W] times in units of a K = 0 round: measured where known, the model elsewhere."""
-        model = {k: 1 + k * self.c for k in widths}
-        measured = {k: s for k, s in self.seconds.items() if k in model}
-        if not measured:
-            return torch.tensor([model[k] for k in widths], dtype=torch.float64)
-        # The K = 0 round's time in seconds: measured, or fitted from the widths that were.
-        unit = (
-            measured[0]
-            if 0 in measured
-            else sum(s / model[k] for k, s in measured.items()) / len(measured)
-        )
-        return torch.tensor(
-            [measured[k] / unit if k in measured else model[k] for k in widths], dtype=torch.float64
-        )
+        """[W] times in units of widths[0]'s round (K = 0's): the log times that best fit the
+        median step of every pair compared, each pulled towards the model's by MODEL_WEIGHT
+        against one pair's weight of 1. The pull decides only what no pair reaches: a width
+        never compared, and the common scale, which the ratios choose_width takes ignore."""
+        index = {k: i for i, k in enumerate(widths)}
+        pairs = [(a, b, statistics.median(s)) for (a, b), s in self.steps.items()]
+        pairs = [(a, b, step) for a, b, step in pairs if a in index and b in index]
+        rows = torch.zeros(len(pairs) + len(widths), len(widths), dtype=torch.float64)
+        target = torch.zeros(len(pairs) + len(widths), dtype=torch.float64)
+        for row, (a, b, step) in enumerate(pairs):
+            rows[row, index[b]], rows[row, index[a]], target[row] = 1.0, -1.0, step
+        for i, k in enumerate(widths):
+            rows[len(pairs) + i, i] = MODEL_WEIGHT
+            target[len(pairs) + i] = MODEL_WEIGHT * math.log(1 + k * self.c)
+        log_times = torch.linalg.lstsq(rows, target[:, None]).solution[:, 0]
+        return torch.exp(log_times - log_times[0])
 
 
 @dataclass(slots=True)

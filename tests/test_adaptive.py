@@ -3,6 +3,9 @@ simulation where the adaptive rule must keep up with the best fixed K (and a fix
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 import torch
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
@@ -160,13 +163,36 @@ def test_rows_start_from_their_prior_and_drift_back_to_it() -> None:
 
 
 def test_round_times_prefer_measurements() -> None:
+    """The cost model until two widths ran one after the other; then their measured ratio, and
+    the widths not yet compared keep the model's ratio to each other."""
     times = RoundTimes(c=0.1)
     assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
-    times.observe(4, 0.014)
-    # Unit fitted from K = 4 alone: 0.014 s / 1.4 = 0.01 s per K = 0 round.
+    times.observe(4, 0.014)  # the first round of a call: nothing to compare it with
     assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.8])
-    times.observe(0, 0.007)  # K = 0 measured: the unit is now its own time
-    assert times.relative(WIDTHS).tolist() == pytest.approx([1.0, 1.2, 2.0, 1.8])
+    times.observe(0, 0.007, previous=(4, 0.014))  # K = 4 took 2 K = 0 rounds
+    got = times.relative(WIDTHS).tolist()
+    assert got[2] == pytest.approx(2.0, rel=1e-4)
+    assert got[3] / got[1] == pytest.approx(1.8 / 1.2, rel=1e-4)
+
+
+def test_round_times_compare_widths_only_through_adjacent_rounds() -> None:
+    """The machine is 30 % slower in the second call (it drifts so here). K = 2 took 1.9 and
+    K = 4 2.8 K = 0 rounds throughout, but K = 2 ran mostly while it was fast and K = 4 while it
+    was slow. Each width's own median then puts them 1.9 and 3.6 K = 0 rounds apart; adjacent
+    rounds see the true ratios."""
+    fast, slow = 0.010, 0.013  # a K = 0 round's seconds in each phase: one call each
+    calls = [[(0, fast), *[(2, 1.9 * fast)] * 6, (0, fast), (2, 1.9 * fast)]]
+    calls += [[(4, 2.8 * slow)] * 6 + [(0, slow), (4, 2.8 * slow), (2, 1.9 * slow)]]
+    times = RoundTimes(c=0.1)
+    for call in calls:
+        previous = None  # a call's first round follows no round of its own call
+        for k, seconds in call:
+            times.observe(k, seconds, previous)
+            previous = (k, seconds)
+    plan = calls[0] + calls[1]
+    own = {k: statistics.median(s for kk, s in plan if kk == k) for k in (0, 2, 4)}
+    assert own[4] / own[0] == pytest.approx(2.8 * slow / fast)  # the drift, read as K = 4's
+    assert times.relative((0, 2, 4)).tolist() == pytest.approx([1.0, 1.9, 2.8], rel=1e-3)
 
 
 def test_bad_config_is_one_line_errors() -> None:
@@ -240,12 +266,17 @@ def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
 
 
 def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
+    """A round that compiled is not timed, and the rounds on either side of it are not
+    compared: one of them would be compared with a compile."""
     times = RoundTimes(c=0.1)
-    schedule = WidthSchedule((2,), times, warm_up=False)
-    schedule.advance(None, [[0]], done=False)  # a round that compiled: no time
-    assert times.seconds == {}
-    schedule.advance(0.01, [[0]], done=False)
-    assert times.seconds == {2: 0.01}
+    schedule = WidthSchedule((0, 2), times, warm_up=False)
+    schedule.advance(0.01, [[1]], done=False)  # K = 0; the rounds choose K = 2 next
+    schedule.advance(None, [[0]], done=False)  # K = 2 compiled: untimed, so due again
+    assert times.rounds == 1 and times.steps == {}
+    schedule.advance(0.02, [[0]], done=False)  # K = 2, after the round that compiled
+    assert times.rounds == 2 and times.steps == {}
+    schedule.advance(0.01, [[0]], done=False)  # K = 0 right after a timed K = 2
+    assert list(times.steps[(0, 2)]) == pytest.approx([math.log(2)])
 
 
 def test_width_schedule_times_every_width_once_before_following_the_choice() -> None:
@@ -260,7 +291,7 @@ def test_width_schedule_times_every_width_once_before_following_the_choice() -> 
         ran.append(schedule.k)
         schedule.advance(0.01 * (1 + schedule.k), [[0]], done=False)
     assert ran == [2, 0, 4, 0, 0]
-    assert set(times.seconds) == {0, 2, 4}
+    assert set(times.last_timed) == {0, 2, 4}
     # A round that compiled is not a time: its width is tried again.
     other = WidthSchedule((0, 2), RoundTimes(c=0.1), warm_up=False)
     other.advance(None, [[1]], done=False)
@@ -268,21 +299,33 @@ def test_width_schedule_times_every_width_once_before_following_the_choice() -> 
 
 
 def test_one_slow_round_does_not_price_a_width_out() -> None:
-    """A stall of the machine makes one round slow. K = 8 at 14 ms against K = 2 at 9 ms: then
-    one 24 ms K = 8 round. The median keeps K = 8's time at 14 ms; the running mean this
-    replaced (0.7 old + 0.3 new) would have made it 17 ms, dearer per token than K = 2 at
-    alpha 0.8, and the batch would have stayed at K = 2."""
-    times = RoundTimes(c=0.1)
+    """A stall of the machine makes one round slow. K = 8 at 14 ms against K = 2 at 9 ms,
+    alternating: then one 24 ms K = 8 round, which makes two steps wrong. The median of the
+    steps keeps K = 8 at 14 / 9 of K = 2; a running mean of round times (0.7 old + 0.3 new)
+    would have made it 17 ms, dearer per token than K = 2 at alpha 0.8, and the batch would have
+    stayed at K = 2."""
+    times, previous = RoundTimes(c=0.1), None
+
+    def run(k: int, seconds: float) -> None:
+        nonlocal previous
+        times.observe(k, seconds, previous)
+        previous = (k, seconds)
+
+    def k8_over_k2() -> float:
+        got = times.relative((2, 8)).tolist()
+        return got[1] / got[0]
+
     for _ in range(4):
-        times.observe(2, 0.009)
-        times.observe(8, 0.014)
-    times.observe(8, 0.024)
-    assert times.seconds == {2: 0.009, 8: 0.014}
-    times.observe(8, 0.024)  # two stalls out of five still leave the median alone
-    assert times.seconds[8] == 0.014
-    for _ in range(3):  # but a width that did get slower is followed: 3 of the last 5
-        times.observe(8, 0.024)
-    assert times.seconds[8] == 0.024
+        run(2, 0.009)
+        run(8, 0.014)
+    run(2, 0.009)
+    run(8, 0.024)
+    run(2, 0.009)
+    assert k8_over_k2() == pytest.approx(14 / 9, rel=1e-3)
+    for _ in range(4):  # but a width that did get slower is followed
+        run(8, 0.024)
+        run(2, 0.009)
+    assert k8_over_k2() == pytest.approx(24 / 9, rel=1e-3)
 
 
 def test_a_width_not_run_for_a_while_is_timed_again() -> None:
