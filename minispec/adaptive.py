@@ -199,8 +199,11 @@ class RoundTimes:
         against one pair's weight of 1. The pull decides only what no pair reaches: a width
         never compared, and the common scale, which the ratios choose_width takes ignore."""
         index = {k: i for i, k in enumerate(widths)}
-        pairs = [(a, b, statistics.median(s)) for (a, b), s in self.steps.items()]
-        pairs = [(a, b, step) for a, b, step in pairs if a in index and b in index]
+        pairs = [
+            (a, b, statistics.median(steps))
+            for (a, b), steps in self.steps.items()
+            if a in index and b in index
+        ]
         rows = torch.zeros(len(pairs) + len(widths), len(widths), dtype=torch.float64)
         target = torch.zeros(len(pairs) + len(widths), dtype=torch.float64)
         for row, (a, b, step) in enumerate(pairs):
