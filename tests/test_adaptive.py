@@ -275,8 +275,11 @@ def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
     assert times.rounds == 1 and times.steps == {}
     schedule.advance(0.02, [[0]], done=False)  # K = 2, after the round that compiled
     assert times.rounds == 2 and times.steps == {}
+    assert schedule.relative_times.tolist() == pytest.approx([1.0, 1.2])  # still the model
     schedule.advance(0.01, [[0]], done=False)  # K = 0 right after a timed K = 2
     assert list(times.steps[(0, 2)]) == pytest.approx([math.log(2)])
+    # The round's chooser sees the new step at once.
+    assert schedule.relative_times.tolist() == pytest.approx([1.0, 2.0], rel=1e-4)
 
 
 def test_width_schedule_times_every_width_once_before_following_the_choice() -> None:
