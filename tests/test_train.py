@@ -211,3 +211,60 @@ def test_resume_refuses_the_state_of_another_run(
         ValueError, match="--resume: .*target.state.safetensors is from another run"
     ):
         run_train(monkeypatch, corpus, tmp_path, "--only", "target", "--resume", *extra)
+
+
+def test_copy_rows_repeat_a_span_after_a_blank_line_and_leave_plain_rows_alone() -> None:
+    data = synthetic_corpus().train
+    seq_len, rows = 512, 64
+    plain_x, plain_y = train.get_batch(data, rows, seq_len, seed=3, step=7)
+    x, y = train.get_batch(data, rows, seq_len, seed=3, step=7, copy_fraction=0.5)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # still next-token pairs
+    plain, copies = torch.cat([plain_x, plain_y[:, -1:]], 1), torch.cat([x, y[:, -1:]], 1)
+    copied = 0
+    for before, row in zip(plain, copies):
+        if torch.equal(row, before):
+            continue
+        copied += 1
+        # The row is the window's first n bytes, a blank line, then the window, for some n.
+        assert any(
+            row[n : n + 2].tolist() == [10, 10]
+            and torch.equal(row[:n], before[:n])
+            and torch.equal(row[n + 2 :], before[: seq_len - n - 1])
+            for n in range(*train.COPY_SPAN)
+        )
+    # Binomial(64, 1/2): outside [16, 48] with probability below 1e-4 (and the seed is fixed).
+    assert 16 <= copied <= 48
+    every = train.get_batch(data, rows, seq_len, seed=3, step=7, copy_fraction=1.0)[0]
+    assert not (every == plain_x).all(1).any()
+
+
+def test_init_from_starts_the_model_from_the_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(train, "SCHEDULES", RESUME_SCHEDULES)
+    torch.manual_seed(11)
+    start = GPT(PRESETS["tiny"]["target"])
+    save_checkpoint(tmp_path / "start.safetensors", start, {"role": "target"})
+    # A rate of 1e-9 keeps the weights where they began, so they show where that was.
+    flags = ["--only", "target", "--lr", "1e-9", "--init-from", str(tmp_path / "start.safetensors")]
+    assert run_train(monkeypatch, synthetic_corpus(), tmp_path, *flags) == 0
+    tuned, meta = load_checkpoint(tmp_path / "out" / "target.safetensors")
+    assert meta["init_from"] == str(tmp_path / "start.safetensors")
+    for name, weight in start.state_dict().items():
+        torch.testing.assert_close(tuned.state_dict()[name], weight, atol=1e-6, rtol=0)
+
+
+def test_init_from_refuses_a_model_of_another_shape(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    save_checkpoint(tmp_path / "draft.safetensors", GPT(PRESETS["tiny"]["draft"]))
+    flags = ["--only", "target", "--init-from", str(tmp_path / "draft.safetensors")]
+    with pytest.raises(ValueError, match="--init-from .*draft.safetensors: its model .* is not"):
+        run_train(monkeypatch, synthetic_corpus(), tmp_path, *flags)
+    with pytest.raises(ValueError, match="--init-from starts one model: say which with --only"):
+        run_train(monkeypatch, synthetic_corpus(), tmp_path, *flags[2:])
+    with pytest.raises(ValueError, match="--init-from nowhere.safetensors: no such file"):
+        run_train(monkeypatch, synthetic_corpus(), tmp_path, *flags[:3], "nowhere.safetensors")
+    with pytest.raises(SystemExit) as exit_info:
+        run_train(monkeypatch, synthetic_corpus(), tmp_path, "--copy-fraction", "1.5")
+    assert exit_info.value.code == 2

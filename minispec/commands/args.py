@@ -55,8 +55,11 @@ def integer(low: int = -INT64_MAX - 1, high: int = INT64_MAX) -> Callable[[str],
     return parse
 
 
-def real(low: float = -math.inf, positive: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite float >= low, or > 0 when `positive`; never NaN or inf."""
+def real(
+    low: float = -math.inf, positive: bool = False, high: float = math.inf
+) -> Callable[[str], float]:
+    """An argparse type: a finite float in [low, high], or > 0 when `positive`; never NaN or
+    inf."""
 
     def parse(text: str) -> float:
         try:
@@ -69,6 +72,8 @@ def real(low: float = -math.inf, positive: bool = False) -> Callable[[str], floa
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         if value < low:
             raise argparse.ArgumentTypeError(f"must be >= {low:g}, got {text}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {text}")
         return value
 
     return parse

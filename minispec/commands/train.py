@@ -4,6 +4,8 @@
     python -m minispec train --preset cpu --resume   # continue an interrupted run
     python -m minispec train --preset cpu --force    # start afresh over a saved state
     torchrun --standalone --nproc_per_node=N -m minispec train ...   # N processes (DDP)
+    python -m minispec train --only target --init-from checkpoints/target.safetensors \
+        --copy-fraction 0.5 --steps 300 --lr 5e-4 --out-dir runs/copy  # fine-tune to copy
 
 Under torchrun every rank draws the same global batch (a pure function of seed and step) and
 trains on its own slice; DistributedDataParallel averages the gradients (gloo on CPU, nccl on
@@ -58,6 +60,8 @@ class Schedule:
     distill_weight: float = (
         0.0  # weight of KL(target || draft); the rest is next-byte cross-entropy
     )
+    # Share of rows that teach copying (get_batch); 0 for the shipped pair, which saw none.
+    copy_fraction: float = 0.0
     save_every: int = 200
     eval_every: int = 100  # held-out bits/byte on EVAL_WINDOWS windows, for the loss curve
     export_dtype: str = "float32"
@@ -114,13 +118,34 @@ SCHEDULES: dict[str, dict[str, Schedule]] = {
 }
 
 
+COPY_SPAN = (48, 240)  # bytes a copy row repeats: a few lines of code, as an edit rewrites
+BLANK_LINE = torch.tensor([ord("\n")] * 2)
+
+
 def get_batch(
-    data: torch.Tensor, batch_size: int, seq_len: int, seed: int, step: int
+    data: torch.Tensor,
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    step: int,
+    copy_fraction: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of the corpus; a function of (seed, step) alone so that resuming is exact."""
+    """Random windows of the corpus; a function of (seed, step) alone so that resuming is exact.
+
+    Each row is, with probability copy_fraction, a copy row: the first 48-239 bytes of its
+    window, a blank line, the same bytes again, then the rest of the window. Only copying
+    predicts the second span. The lookup proposers draft such copies, and a target trained on
+    plain windows alone did not learn to make them (README, Proposers: it answered a function
+    to rewrite with a generic docstring)."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=g)
     windows = torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).long()
+    if copy_fraction > 0:  # drawn after the starts: plain rows stay the rows they were
+        copies = torch.rand(batch_size, generator=g) < copy_fraction
+        spans = torch.randint(*COPY_SPAN, (batch_size,), generator=g).tolist()
+        for row in copies.nonzero()[:, 0].tolist():
+            span = windows[row, : spans[row]]
+            windows[row] = torch.cat([span, BLANK_LINE, windows[row]])[: seq_len + 1]
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -289,8 +314,10 @@ def train_one(
     ranks: Ranks = Ranks(),
     overrides: dict | None = None,
     autocast: bool = True,
+    init_from: Path | None = None,
 ) -> Path:
-    """Train one model of the pair and export it to out_dir/<role>.safetensors."""
+    """Train one model of the pair and export it to out_dir/<role>.safetensors; `init_from`: a
+    checkpoint to start from (a fine-tune) instead of random weights."""
     schedule = dataclasses.replace(SCHEDULES[preset][role], **(overrides or {}))
     if schedule.batch_size % ranks.world:
         raise ValueError(
@@ -303,6 +330,8 @@ def train_one(
     )
     torch.manual_seed(seed + (role == "draft"))
     model, start = GPT(PRESETS[preset][role]), 0
+    if init_from is not None:
+        model = initial_weights(init_from, PRESETS[preset][role])
     opt = optimizer_for(model, schedule.lr)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
@@ -341,6 +370,7 @@ def train_one(
         "seed": str(seed),
         "corpus": "python stdlib .py sources (no test suites)",
         "corpus_fingerprint": corpus.fingerprint,
+        **({} if init_from is None else {"init_from": str(init_from)}),
     }
     log = ProgressLog(state_dir / f"{role}.log.jsonl", role, schedule, start, ranks.writer)
 
@@ -356,7 +386,14 @@ def train_one(
             group["lr"] = learning_rate(schedule, step)
         x, y = (
             ranks.shard(t)
-            for t in get_batch(corpus.train, schedule.batch_size, schedule.seq_len, seed, step)
+            for t in get_batch(
+                corpus.train,
+                schedule.batch_size,
+                schedule.seq_len,
+                seed,
+                step,
+                schedule.copy_fraction,
+            )
         )
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = forward(x).float()
@@ -413,6 +450,17 @@ def train_one(
         )
     ranks.barrier()
     return final_path
+
+
+def initial_weights(path: Path, config: object) -> GPT:
+    """A fine-tune's starting point: the checkpoint's weights in fp32 (a fresh optimizer; the
+    schedule's warm-up eases it in)."""
+    model, _ = load_checkpoint(path)
+    if model.config != config:
+        raise ValueError(
+            f"--init-from {path}: its model ({model.config}) is not this preset's ({config})"
+        )
+    return model
 
 
 def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: bool) -> None:
@@ -478,10 +526,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(
             f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)"
         )
+    parser.add_argument(
+        "--copy-fraction",
+        type=real(0.0, high=1.0),
+        help="share of rows that repeat a span of their window, to teach in-context copying "
+        "(default 0)",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        help="start the --only model from this checkpoint's weights (a fine-tune)",
+    )
     args = parser.parse_args(argv)
+    if args.init_from is not None and args.only is None:
+        raise ValueError("--init-from starts one model: say which with --only target or draft")
+    if args.init_from is not None and not args.init_from.is_file():
+        raise ValueError(f"--init-from {args.init_from}: no such file")
     overrides = {
         k: v
-        for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr))
+        for k, v in (
+            ("steps", args.steps),
+            ("batch_size", args.batch_size),
+            ("lr", args.lr),
+            ("copy_fraction", args.copy_fraction),
+        )
         if v is not None
     }
     out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
@@ -524,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranks=ranks,
                 overrides=overrides,
                 autocast=autocast,
+                init_from=args.init_from,
             )
         if args.only != "target":
             teacher, _ = load_checkpoint(target_path)
@@ -542,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
                 ranks=ranks,
                 overrides=overrides,
                 autocast=autocast,
+                init_from=args.init_from,
             )
         if ranks.writer and (curve := write_curve(state_dir, out_dir)) is not None:
             print(f"loss curve -> {curve}", flush=True)
