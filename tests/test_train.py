@@ -145,11 +145,11 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
     )
     cut_call = cut_at + (target_steps if role == "draft" else 0)
 
-    def recording_get_batch(*args, interrupt: bool = False):
+    def recording_get_batch(*args, interrupt: bool = False, **kwargs):
         if interrupt and len(calls) == cut_call:
             raise KeyboardInterrupt  # as Ctrl-C would, mid-run
         calls.append(args[-1])
-        return real_get_batch(*args)
+        return real_get_batch(*args, **kwargs)
 
     # The reference: one uninterrupted run of both models.
     monkeypatch.setattr(train, "get_batch", recording_get_batch)
@@ -158,7 +158,9 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
 
     # The same run, interrupted after the save at step `saved_at`.
     calls.clear()
-    monkeypatch.setattr(train, "get_batch", lambda *a: recording_get_batch(*a, interrupt=True))
+    monkeypatch.setattr(
+        train, "get_batch", lambda *a, **k: recording_get_batch(*a, interrupt=True, **k)
+    )
     assert run_train(monkeypatch, corpus, tmp_path / "cut") == 130
     assert read_checkpoint(tmp_path / "cut" / "state" / f"{role}.state.safetensors")[1][
         "step"

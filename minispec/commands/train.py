@@ -392,7 +392,7 @@ def train_one(
                 schedule.seq_len,
                 seed,
                 step,
-                schedule.copy_fraction,
+                copy_fraction=schedule.copy_fraction,
             )
         )
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
