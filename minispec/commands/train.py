@@ -46,7 +46,7 @@ from model.checkpoint import (
     remove_stale_temporaries,
     save_checkpoint,
 )
-from model.config import PRESETS
+from model.config import PRESETS, GPTConfig
 from model.gpt import GPT
 
 
@@ -329,9 +329,8 @@ def train_one(
         out_dir / f"{role}.safetensors",
     )
     torch.manual_seed(seed + (role == "draft"))
-    model, start = GPT(PRESETS[preset][role]), 0
-    if init_from is not None:
-        model = initial_weights(init_from, PRESETS[preset][role])
+    config, start = PRESETS[preset][role], 0
+    model = GPT(config) if init_from is None else initial_weights(init_from, config)
     opt = optimizer_for(model, schedule.lr)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
@@ -343,7 +342,7 @@ def train_one(
         # Continuing another run's state under this run's name would record a seed and corpus
         # that only the second half of training saw.
         found = (model.config, meta.get("seed"), meta.get("corpus_fingerprint"))
-        if found != (PRESETS[preset][role], str(seed), corpus.fingerprint):
+        if found != (config, str(seed), corpus.fingerprint):
             raise ValueError(
                 f"--resume: {state_path} is from another run (preset {meta.get('preset')!r}, "
                 f"seed {meta.get('seed')}, corpus {str(meta.get('corpus_fingerprint'))[:16]}; this "
@@ -452,7 +451,7 @@ def train_one(
     return final_path
 
 
-def initial_weights(path: Path, config: object) -> GPT:
+def initial_weights(path: Path, config: GPTConfig) -> GPT:
     """A fine-tune's starting point: the checkpoint's weights in fp32 (a fresh optimizer; the
     schedule's warm-up eases it in)."""
     model, _ = load_checkpoint(path)
