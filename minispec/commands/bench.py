@@ -52,6 +52,7 @@ from minispec.commands.args import (
 )
 from minispec.commands.bench_sampler import machine
 from minispec.commands.corpus import load_corpus
+from minispec.commands.spread import format_spread, spread
 from minispec.compiled import compile_fn
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SpeculativeConfig
@@ -144,7 +145,7 @@ def step_times(
             start = time.perf_counter()
             step(*inputs[t])
             times[t].append(time.perf_counter() - start)
-    return {t: bench_proposers.spread(v) for t, v in times.items()}
+    return {t: spread(v) for t, v in times.items()}
 
 
 def steps(decoder: SpeculativeDecoder, ks: list[int], repeats: int, live_tokens: int) -> dict:
@@ -213,7 +214,7 @@ def pair_row(decoder, prompts, k, temperature, max_new, pairs, draft_method, c) 
         "K": k,
         "temperature": temperature,
         "draft_sample_method": draft_method,
-        "speedup": bench_proposers.spread(ratios),
+        "speedup": spread(ratios),
         "tokens_per_s": statistics.median(s.tokens_per_second for s, _ in runs),
         "tokens_per_s_K0": statistics.median(b.tokens_per_second for _, b in runs),
         "alpha": median.alpha,
@@ -287,7 +288,7 @@ def format_row(r: dict) -> str:
     alpha = f"{r['alpha']:.3f}" if r["alpha"] is not None else "-"
     return (
         f"| {r['K']} | {r['temperature']:g} | {r['tokens_per_s']:.1f} | "
-        f"{r['tokens_per_s_K0']:.1f} | {sp['median']:.2f}x ({sp['min']:.2f}-{sp['max']:.2f}) | "
+        f"{r['tokens_per_s_K0']:.1f} | {format_spread(sp)} | "
         f"{alpha} | {r['mean_acceptance_length']:.2f} | {r['c']:.3f} | {pred} | "
         f"{r['guard_checks_per_round']:.2f} | {r['host_reads_per_round']:.2f} | "
         f"{r['compile_s']:.0f} |"
@@ -295,8 +296,8 @@ def format_row(r: dict) -> str:
 
 
 HEADER = (
-    "| K | T | tok/s | tok/s K=0 | speedup (min-max) | alpha | accept len | c | predicted | "
-    "guard checks/round | host reads/round | compile s |\n"
+    "| K | T | tok/s | tok/s K=0 | speedup [interval] (min-max) | alpha | accept len | c | "
+    "predicted | guard checks/round | host reads/round | compile s |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -621,7 +622,8 @@ def render_markdown(report: dict, text_chart: str) -> str:
         f"{report.get('compile_mode', 'jit')}. {report['draft_sample_method']} drafter, B = 1, "
         f"{report['max_new_tokens']} new tokens for each of {len(report['prompts'])} "
         f"held-out prompts; each row is {report['pairs']} interleaved pairs against "
-        "K = 0 (median speedup, min-max).\n",
+        "K = 0: the median speedup, [its 95 % interval: order statistics, none under 6 pairs] "
+        "(min-max).\n",
     ]
     if "steps" in report:
         s = report["steps"]

@@ -7,8 +7,9 @@
 2. Batch: at each batch size and temperature, K = 0, fixed Ks and K = "auto" (draft model) in
    rotation; each setting's speedup over the K = 0 run of its rotation.
 
-Every row reports the median of the per-pair speedups (min-max), alpha, the mean acceptance
-length, the K chosen (a histogram) and the host lookup's share of the round time.
+Every row reports the median of the per-pair speedups with its 95 % interval and min-max
+(minispec.commands.spread), alpha, the mean acceptance length, the K chosen (a histogram) and
+the host lookup's share of the round time.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from itertools import zip_longest
 
 from minispec.adaptive import AdaptiveConfig
 from minispec.commands.corpus import load_corpus
+from minispec.commands.spread import format_spread, spread
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats
@@ -263,23 +265,14 @@ def batch_header(ks: list[int]) -> str:
 
 
 def format_batch_row(row: dict, ks: list[int]) -> str:
-    def cell(k) -> str:
-        s = row[f"K={k}"]["speedup"]
-        return f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})"
-
     chosen = " ".join(f"{k}:{n}" for k, n in row["K=auto"]["k_histogram"].items())
     paired, held_out = (row[f"auto_over_best_fixed_{how}"] for how in ("paired", "held_out"))
     return (
         f"| {row['B']} | {row['temperature']:g} | {row['tokens_per_s_K0']:.1f} | "
-        + " | ".join(cell(k) for k in [*ks, "auto"])
+        + " | ".join(format_spread(row[f"K={k}"]["speedup"]) for k in [*ks, "auto"])
         + f" | {row['auto_over_best_fixed']:.2f} (K={row['best_fixed_K']}) | "
-        + f"{paired['median']:.2f} ({paired['min']:.2f}-{paired['max']:.2f}) | "
-        + f"{held_out['median']:.2f} ({held_out['min']:.2f}-{held_out['max']:.2f}) | {chosen} |"
+        + f"{format_spread(paired, '')} | {format_spread(held_out, '')} | {chosen} |"
     )
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def warm_up(decoder, prompts, specs, temperature) -> None:
@@ -291,8 +284,9 @@ def warm_up(decoder, prompts, specs, temperature) -> None:
 
 
 HEADER = (
-    "| set | B | T | proposer | speedup (min-max) | tok/s | alpha | accept len | K chosen | "
-    "lookup share | rounds without the draft |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    "| set | B | T | proposer | speedup [interval] (min-max) | tok/s | alpha | accept len | "
+    "K chosen | lookup share | rounds without the draft |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -301,7 +295,7 @@ def format_row(r: dict) -> str:
     ks = " ".join(f"{k}:{n}" for k, n in r["k_histogram"].items())
     return (
         f"| {r['prompt_set']} | {r.get('B', 1)} | {r['temperature']:g} | {r['proposer']} | "
-        f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}) | {r['tokens_per_s']:.1f} | "
+        f"{format_spread(s)} | {r['tokens_per_s']:.1f} | "
         f"{r['alpha']:.3f} | {r['mean_acceptance_length']:.2f} | {ks} | "
         f"{100 * r['lookup_share']:.1f} % | {100 * r['lookup_rounds']:.0f} % |"
     )

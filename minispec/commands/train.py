@@ -4,7 +4,7 @@
     python -m minispec train --preset cpu --resume   # continue an interrupted run
     python -m minispec train --preset cpu --force    # start afresh over a saved state
     torchrun --standalone --nproc_per_node=N -m minispec train ...   # N processes (DDP)
-    python -m minispec train --only target --init-from checkpoints/target.safetensors \
+    python -m minispec train --only target --init-from checkpoints/target.safetensors \\
         --copy-fraction 0.5 --steps 300 --lr 5e-4 --out-dir runs/copy  # fine-tune to copy
 
 Under torchrun every rank draws the same global batch (a pure function of seed and step) and
