@@ -4,6 +4,7 @@
     train         train the target, then the distilled draft (make train)
     bench         end-to-end, batch, sampler and start-up benchmarks (make bench)
     bench-sampler the rejection sampler against eager, plain and the read floor
+    copy-score    how well a target copies its context (the lookup proposers' ceiling)
     verify        the paper's worked example through the compiled sampler (make verify)
     kernels       the sampler's generated kernels (Triton on a GPU, C++ on a CPU)
     export        the pair as Hugging Face Llama folders (transformers, vLLM, SGLang)
@@ -258,6 +259,7 @@ COMMANDS = {
     "train": "minispec.commands.train",
     "bench": "minispec.commands.bench",
     "bench-sampler": "minispec.commands.bench_sampler",
+    "copy-score": "minispec.commands.copy_score",
     "export": "minispec.commands.export",
     "kernels": "minispec.commands.kernels",
     "samples": "minispec.commands.samples",

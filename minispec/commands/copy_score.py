@@ -1,0 +1,140 @@
+"""How well a target copies what its context already holds: the ceiling of the lookup proposers.
+
+    python -m minispec copy-score [CHECKPOINT ...] [--json FILE]   # default: the shipped target
+
+An n-gram or suffix lookup drafts a copy of earlier text; the target accepts it only as far as
+the target itself would write the copy. Two teacher-forced measures (every position predicted
+from the true bytes before it), each on held-out text never trained on:
+
+1. Edit prompts (the bench's, minispec.commands.bench_proposers.edit_prompts): a function, a
+   blank line, its first line again. Over the rest of the function written once more: the share
+   of bytes the target's argmax gets right, and the bytes before its first miss (the length a
+   greedy lookup draft of the copy survives, on average over prompts).
+2. Copy rows (what `minispec train --copy-fraction` trains on): 48-239 bytes, a blank line, the
+   same bytes again. Bits per byte on the first span (fresh text) and on the second (the copy).
+   A model that copies pays a small fraction of a bit on the second; one that does not pays
+   about what it pays on the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from minispec.commands.args import OneLineParser, integer
+from minispec.commands.bench_proposers import edit_prompts
+from minispec.commands.corpus import load_corpus
+from minispec.commands.train import COPY_SPAN, get_batch
+from model import tokenizer
+from model.checkpoint import load_checkpoint
+
+Model = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> next-token logits [B, T, V]
+EDIT_PROMPTS = 12
+EDIT_MAX_PROMPT = 376  # the bench's room for a prompt: 512 - 128 new tokens - the widest round
+COPY_ROWS = 16
+COPY_SEED = 777  # any seed; the rows are drawn from the held-out split, never trained on
+
+
+def edit_copy(model: Model, prompts: list[str], context: int) -> dict:
+    """Teacher-forced greedy accuracy of `model` on each prompt's function written again (the
+    prompt's start cut where prompt and copy outgrow the model's `context`)."""
+    hits = total = before_miss = 0
+    for prompt in prompts:
+        function = prompt[: prompt.rindex("\n\n")]
+        body = tokenizer.encode(function[function.index("\n") + 1 :], bos=False)
+        ids = torch.tensor([(tokenizer.encode(prompt) + body)[-(context + 1) :]])
+        predicted = model(ids[:, :-1])[0, -len(body) :].argmax(-1)
+        right = predicted == ids[0, -len(body) :]
+        hits, total = hits + int(right.sum()), total + len(body)
+        before_miss += int(right.int().cumprod(0).sum())
+    return {
+        "prompts": len(prompts),
+        "bytes": total,
+        "accuracy": hits / total,
+        "bytes_before_first_miss": before_miss / len(prompts),
+    }
+
+
+def copy_span_length(row: torch.Tensor) -> int:
+    """n such that the row starts with n bytes, a blank line and the same n bytes."""
+    return next(
+        n
+        for n in range(*COPY_SPAN)
+        if row[n : n + 2].tolist() == [10, 10] and torch.equal(row[:n], row[n + 2 : 2 * n + 2])
+    )
+
+
+def copy_rows_bits(model: Model, data: torch.Tensor, rows: int, seq_len: int) -> dict:
+    """Bits per byte on the first span of held-out copy rows and on its copy."""
+    x, y = get_batch(data, rows, seq_len, seed=COPY_SEED, step=0, copy_fraction=1.0)
+    bits = F.cross_entropy(model(x).transpose(1, 2), y, reduction="none") / math.log(2)
+    first, second = [], []
+    for r in range(rows):
+        n = copy_span_length(torch.cat([x[r], y[r, -1:]]))
+        # Position i predicts byte i + 1. The first byte of each span is left out of both: no
+        # model can know it (a fresh start; where a copy begins), so each counts n - 1 bytes.
+        first.append(bits[r, : n - 1])
+        second.append(bits[r, n + 2 : 2 * n + 1])
+    return {
+        "rows": rows,
+        "first_span_bits_per_byte": float(torch.cat(first).mean()),
+        "copy_span_bits_per_byte": float(torch.cat(second).mean()),
+    }
+
+
+def score(path: str, prompts: list[str], data: torch.Tensor, rows: int) -> dict:
+    model, meta = load_checkpoint(path)
+    model.eval()
+    with torch.no_grad():
+        return {
+            "checkpoint": path,
+            "step": meta.get("step"),
+            "edit": edit_copy(model, prompts, model.config.max_seq_len),
+            "copy_rows": copy_rows_bits(model, data, rows, model.config.max_seq_len),
+        }
+
+
+def format_row(s: dict) -> str:
+    e, c = s["edit"], s["copy_rows"]
+    return (
+        f"| {s['checkpoint']} | {e['accuracy']:.3f} | {e['bytes_before_first_miss']:.1f} | "
+        f"{c['first_span_bits_per_byte']:.3f} | {c['copy_span_bits_per_byte']:.3f} |"
+    )
+
+
+HEADER = (
+    "| checkpoint | edit prompts: accuracy | bytes before the first miss | "
+    "copy rows: first span bits/byte | the copy: bits/byte |\n|---|---|---|---|---|"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(
+        prog="minispec copy-score",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("checkpoints", nargs="*", default=["checkpoints/target.safetensors"])
+    parser.add_argument("--rows", type=integer(low=1), default=COPY_ROWS, help="copy rows")
+    parser.add_argument("--json", type=Path, help="also write the scores here")
+    args = parser.parse_args(argv)
+    prompts = edit_prompts(EDIT_PROMPTS, EDIT_MAX_PROMPT)
+    data = load_corpus().held_out
+    print(f"{len(prompts)} edit prompts, {args.rows} held-out copy rows\n\n{HEADER}", flush=True)
+    scores = []
+    for path in args.checkpoints:
+        scores.append(score(path, prompts, data, args.rows))
+        print(format_row(scores[-1]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(scores, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
