@@ -24,7 +24,7 @@ import pytest
 from _cli import start_minispec
 from _enumerate import random_gpt
 
-from minispec.commands import train
+from minispec.commands import copy_score, train
 from minispec.commands.cli import Streamer, json_safe, main, use_colour
 from model.checkpoint import save_checkpoint
 from model.tokenizer import VOCAB_SIZE
@@ -100,6 +100,8 @@ BAD_ARGUMENTS = [
     (["kernels", "--out"], "--out"),
     (["export"], "out_dir"),
     (["export", "{empty}", "--dtype", "int8"], "--dtype"),
+    (["copy-score", "--rows", "0"], "--rows"),
+    (["copy-score", "{empty}/missing.safetensors"], "missing.safetensors"),
     (["samples", "--n", "0"], "--n"),
     (["samples", "--max-new-tokens", HUGE], "--max-new-tokens"),
     (["speculate"], "unknown command"),
@@ -131,6 +133,7 @@ def test_every_command_gives_one_line_for_bad_arguments(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # a command past its checks would write here, not in the repo
     monkeypatch.setattr(train, "load_corpus", corpus_too_early)
+    monkeypatch.setattr(copy_score, "load_corpus", corpus_too_early)
     argv = [a.format(file=a_file, empty=tmp_path) for a in argv]
     try:
         code = main(argv)
@@ -148,6 +151,7 @@ def test_train_refuses_to_overwrite_a_state_without_resume_or_force(
     state.mkdir()
     (state / "draft.state.safetensors").write_bytes(b"an earlier run")
     monkeypatch.setattr(train, "load_corpus", corpus_too_early)
+    monkeypatch.setattr(copy_score, "load_corpus", corpus_too_early)
     code = main(["train", "--out-dir", str(tmp_path / "out"), "--state-dir", str(state)])
     assert_one_error_line(code, capsys.readouterr().err, "draft.state.safetensors holds an earlier")
     assert (state / "draft.state.safetensors").read_bytes() == b"an earlier run"

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from minispec.api import DEFAULT_TARGET
 from minispec.commands.args import OneLineParser, integer
 from minispec.commands.bench_proposers import edit_prompts
 from minispec.commands.corpus import load_corpus
@@ -120,10 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("checkpoints", nargs="*", default=["checkpoints/target.safetensors"])
+    parser.add_argument("checkpoints", nargs="*", default=[str(DEFAULT_TARGET)])
     parser.add_argument("--rows", type=integer(low=1), default=COPY_ROWS, help="copy rows")
     parser.add_argument("--json", type=Path, help="also write the scores here")
     args = parser.parse_args(argv)
+    for path in args.checkpoints:  # before the corpus loads, and before the table starts
+        if not Path(path).exists():
+            raise ValueError(f"checkpoint not found: {path}")
     prompts = edit_prompts(EDIT_PROMPTS, EDIT_MAX_PROMPT)
     data = load_corpus().held_out
     print(f"{len(prompts)} edit prompts, {args.rows} held-out copy rows\n\n{HEADER}", flush=True)
