@@ -31,7 +31,7 @@ from minispec.api import DEFAULT_TARGET
 from minispec.commands.args import OneLineParser, integer
 from minispec.commands.bench_proposers import edit_prompts
 from minispec.commands.corpus import load_corpus
-from minispec.commands.train import COPY_SPAN, get_batch
+from minispec.commands.train import BLANK_LINE, COPY_SPAN, get_batch
 from model import tokenizer
 from model.checkpoint import load_checkpoint
 
@@ -67,7 +67,7 @@ def copy_span_length(row: torch.Tensor) -> int:
     return next(
         n
         for n in range(*COPY_SPAN)
-        if row[n : n + 2].tolist() == [10, 10] and torch.equal(row[:n], row[n + 2 : 2 * n + 2])
+        if torch.equal(row[n : n + 2], BLANK_LINE) and torch.equal(row[:n], row[n + 2 : 2 * n + 2])
     )
 
 
@@ -90,12 +90,11 @@ def copy_rows_bits(model: Model, data: torch.Tensor, rows: int, seq_len: int) ->
 
 
 def score(path: str, prompts: list[str], data: torch.Tensor, rows: int) -> dict:
-    model, meta = load_checkpoint(path)
+    model, _ = load_checkpoint(path)
     model.eval()
     with torch.no_grad():
         return {
             "checkpoint": path,
-            "step": meta.get("step"),
             "edit": edit_copy(model, prompts, model.config.max_seq_len),
             "copy_rows": copy_rows_bits(model, data, rows, model.config.max_seq_len),
         }
