@@ -1,7 +1,7 @@
 """One round of speculative decoding (Leviathan et al. 2022, Algorithm 1) for a whole batch.
 
 `speculative_round` reads top to bottom as the algorithm, one phase per line:
-  noise    all of the round's randomness, a hash of (seed, position)   (minispec/rng.py)
+  noise    all of the round's randomness, fresh for every round         (minispec/rng.py)
   propose  up to K drafts x_1..x_L per row, and the q they came from   (minispec/proposers/)
   verify   the target's logits at [last, x_1..x_K], one (K+1)-token forward
   accept   the rejection sampler: n accepted drafts + 1 corrective or bonus token
@@ -40,7 +40,7 @@ def accept(
     target_logits: torch.Tensor,
     proposal: Proposal | None,
     constraints: RowConstraints,
-    uniforms: torch.Tensor,
+    uniforms: torch.Tensor | None,
     noise: torch.Tensor,
     method: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,15 +93,15 @@ def speculative_round(
     """Algorithm 1 once for every row: returns the next state and the snapshot the host reads
     (with `adaptive`, its last column is the next round's width, an index into its widths)."""
     k, vocab_size = num_speculative_tokens, target.config.vocab_size
-    draft_noise, uniforms, target_noise = round_noise(state.seeds, state.seq_len, k, vocab_size)
+    noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rejection_sample_method)
     proposal = beta = None
     if k:
         proposal = proposer.propose(
-            state, k, constraints, draft_noise, draft_sample_method, host_proposal
+            state, k, constraints, noise.draft, draft_sample_method, host_proposal
         )
     target_logits = verify(target, state, proposal)
     emitted, num_accepted = accept(
-        target_logits, proposal, constraints, uniforms, target_noise, rejection_sample_method
+        target_logits, proposal, constraints, noise.uniforms, noise.target, rejection_sample_method
     )
     if k:
         beta = acceptance_probability(target_logits, proposal, constraints)

@@ -9,10 +9,15 @@ example's expected accepted drafts (10/9 token-wise, 11/9 block, 12/9 at best) f
 A rule maps one draft block X_1..X_L to its outcomes: for t = 0..L, the probability that the
 round keeps X_1..X_t and the (unnormalised) weights of the token Y it then draws. Nothing here
 is shared with the tensor sampler; it is the paper's rule written with whole distributions.
+``chi_square`` and ``chi_square_sf`` judge sampled sequences against such a law.
 """
 
+import math
+from collections import Counter
 from itertools import product
 from typing import Callable, Sequence
+
+import torch
 
 Table = Callable[[tuple], Sequence]  # prefix of drafted tokens -> next-token distribution
 Outcomes = list[tuple[object, Sequence]]  # per t: P(keep exactly t drafts), Y's weights
@@ -158,3 +163,47 @@ def optimum_accepted(target: Table, draft: Table, num_drafts: int, vocab_size: i
                 small *= draft(prefix[:j])[x]
             total += min(big, small)
     return total
+
+
+def chi_square(
+    counts: Counter, law: dict[tuple[int, ...], float], min_expected: float = 20.0
+) -> tuple[float, int]:
+    """Pearson's statistic and degrees of freedom for observed sequence `counts` against `law`.
+
+    Cells whose expectation is below `min_expected` are pooled, smallest first, until the pool
+    reaches it (20 rather than the textbook 5, so that the chi-square approximation holds out in
+    the far tail where our thresholds sit). A sequence the law gives probability 0 is never
+    allowed: observing one returns an infinite statistic.
+    """
+    total = sum(counts.values())
+    if any(seq not in law for seq in counts):
+        return math.inf, 1
+    cells = sorted(((total * p, counts.get(seq, 0)) for seq, p in law.items()), reverse=True)
+    kept: list[tuple[float, int]] = []
+    pool_e, pool_o = 0.0, 0
+    for e, o in cells:
+        if e >= min_expected:
+            kept.append((e, o))
+        else:
+            pool_e, pool_o = pool_e + e, pool_o + o
+    if pool_e >= min_expected:
+        kept.append((pool_e, pool_o))
+    elif pool_e > 0 and kept:  # too small a pool on its own: fold it into the smallest kept cell
+        e, o = kept.pop()
+        kept.append((e + pool_e, o + pool_o))
+    stat = sum((o - e) ** 2 / e for e, o in kept)
+    return stat, len(kept) - 1
+
+
+def chi_square_sf(stat: float, df: int) -> float:
+    """P(X >= stat) for X ~ chi-square(df): the regularised upper incomplete gamma
+    Q(df/2, stat/2)."""
+    if df <= 0:
+        return 1.0 if stat == 0 else 0.0
+    if math.isinf(stat):
+        return 0.0
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)
+        )
+    )

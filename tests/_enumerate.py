@@ -1,5 +1,6 @@
 """Helpers for the decode-loop tests: tiny random models, the target's exact law over whole
-generated sequences (by enumeration), and a chi-square goodness-of-fit p-value.
+generated sequences (by enumeration), and (from sampling.exact_law) a chi-square goodness-of-fit
+p-value.
 
 The law is defined with sampling.constraints' own functions (filtered_logits after
 normalize_params), so "the target distribution under temperature -> top-k -> top-p" means the
@@ -10,8 +11,6 @@ cache, no drafts, no batching, no rejection rule - one full causal forward per p
 from __future__ import annotations
 
 import copy
-import math
-from collections import Counter
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from minispec.decode import SpeculativeDecoder
 from model.config import GPTConfig
 from model.gpt import GPT
 from sampling.constraints import filtered_logits, normalize_params
+from sampling.exact_law import chi_square, chi_square_sf  # noqa: F401 (the tests import them here)
 
 
 @pytest.fixture
@@ -123,50 +123,6 @@ def sequence_law(
         probs = joint[rows, tokens]
     assert abs(float(probs.sum()) - 1) < 1e-9
     return {tuple(seq[len(prompt) :]): prob for seq, prob in zip(prefixes.tolist(), probs.tolist())}
-
-
-def chi_square(
-    counts: Counter, law: dict[tuple[int, ...], float], min_expected: float = 20.0
-) -> tuple[float, int]:
-    """Pearson's statistic and degrees of freedom for observed sequence `counts` against `law`.
-
-    Cells whose expectation is below `min_expected` are pooled, smallest first, until the pool
-    reaches it (20 rather than the textbook 5, so that the chi-square approximation holds out in
-    the far tail where our thresholds sit). A sequence the law gives probability 0 is never
-    allowed: observing one returns an infinite statistic.
-    """
-    total = sum(counts.values())
-    if any(seq not in law for seq in counts):
-        return math.inf, 1
-    cells = sorted(((total * p, counts.get(seq, 0)) for seq, p in law.items()), reverse=True)
-    kept: list[tuple[float, int]] = []
-    pool_e, pool_o = 0.0, 0
-    for e, o in cells:
-        if e >= min_expected:
-            kept.append((e, o))
-        else:
-            pool_e, pool_o = pool_e + e, pool_o + o
-    if pool_e >= min_expected:
-        kept.append((pool_e, pool_o))
-    elif pool_e > 0 and kept:  # too small a pool on its own: fold it into the smallest kept cell
-        e, o = kept.pop()
-        kept.append((e + pool_e, o + pool_o))
-    stat = sum((o - e) ** 2 / e for e, o in kept)
-    return stat, len(kept) - 1
-
-
-def chi_square_sf(stat: float, df: int) -> float:
-    """P(X >= stat) for X ~ chi-square(df): the regularised upper incomplete gamma
-    Q(df/2, stat/2)."""
-    if df <= 0:
-        return 1.0 if stat == 0 else 0.0
-    if math.isinf(stat):
-        return 0.0
-    return float(
-        torch.special.gammaincc(
-            torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)
-        )
-    )
 
 
 def record_hybrid_kinds(monkeypatch) -> list[str]:

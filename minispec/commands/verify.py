@@ -1,6 +1,6 @@
 """make verify: the worked example that motivates minispec, through its own compiled sampler.
 
-    python -m minispec verify [--draws 2000000] [--rounds 200000] [--seed 0]
+    python -m minispec verify [--draws 2000000] [--rounds 200000] [--loop-rows 40000] [--seed 0]
 
 1. p = [0.50, 0.25, 0.15, 0.07, 0.03], q = [0.30, 0.40, 0.10, 0.15, 0.05], one draft per round.
    For a probabilistic draft (x ~ q), a one-hot argmax draft (x = 1) and naive resampling, it
@@ -16,27 +16,42 @@
    accepted drafts is 10/9 token-wise, 11/9 with block verification and 12/9 at the optimum,
    exact rationals from enumerating every draft block (sampling.exact_law); the first two are
    also simulated through the compiled sampler, and the first token of a round must follow Mb.
+4. Both rules through the decode loop, where each round's noise must be fresh: a tiny random
+   target (V = 5) and a draft close to it, prompt [1, 3], K = 3, T = 1, probabilistic drafts,
+   --loop-rows rows with their own seeds, 3 new tokens each. The empirical law of the 125
+   sequences against the target's, enumerated from its conditionals, by a chi-square over
+   every cell; the run fails if p < 1e-6. (Noise that a later round reuses after block
+   verification conditioned it fails this check: tests/test_noise_rounds.py.)
 
 Every measured figure is compared with its exact expected value; the run fails (exit 1) if
 any is off by more than 6 standard deviations of its sampling error (a false alarm has
-probability about 2e-9 per figure).
+probability about 2e-9 per figure), or if part 4's fit is below 1e-6.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections import Counter
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 import torch
 
 from minispec.commands.args import OneLineParser, integer
+from minispec.decode import SpeculativeDecoder
+from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import expected_tokens_per_round
+from model.config import GPTConfig
+from model.gpt import GPT
 from sampling import exact_law, rejection_sample
 
 P = np.array([0.50, 0.25, 0.15, 0.07, 0.03])
 Q = np.array([0.30, 0.40, 0.10, 0.15, 0.05])
 SIGMAS = 6.0
+LOOP_VOCAB, LOOP_PROMPT, LOOP_K, LOOP_NEW = 5, (1, 3), 3, 3
+LOOP_FALSE_ALARM = 1e-6
 
 
 def _logits(probs: np.ndarray) -> torch.Tensor:
@@ -213,6 +228,72 @@ def block_toy_example(rounds: int, seed: int, verdict: Verdict) -> None:
     )
 
 
+def close_pair(seed: int) -> tuple[GPT, GPT]:
+    """A V = 5 target with peaky conditionals (weights ~ N(0, 1.5^2 / fan_in): logits of std
+    about 1.5) and a draft whose every weight matrix is sqrt(1 - 0.3^2) W + 0.3 N (alpha about
+    0.65): rounds see both rejections and full acceptance, and block's tau often lies past a
+    failed position."""
+    config = GPTConfig(
+        vocab_size=LOOP_VOCAB, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=16
+    )
+    target, draft = GPT(config).eval(), GPT(config).eval()
+    gen, mix = torch.Generator().manual_seed(seed), 0.3
+    with torch.no_grad():
+        for w, d in zip(target.parameters(), draft.parameters()):
+            if w.dim() >= 2:
+                w.normal_(0.0, 1.5 * w.shape[-1] ** -0.5, generator=gen)
+                noise = torch.randn(w.shape, generator=gen) * w.std()
+                d.copy_(math.sqrt(1 - mix**2) * w + mix * noise)
+            else:
+                d.copy_(w)
+    return target, draft
+
+
+def loop_law(target: GPT) -> dict:
+    """The target's law of LOOP_NEW tokens after LOOP_PROMPT: a product of its conditionals,
+    each from one cache-free forward over the whole prefix."""
+
+    @lru_cache(maxsize=None)
+    def conditional(prefix: tuple) -> list[float]:
+        tokens = torch.tensor([LOOP_PROMPT + prefix])
+        return target(tokens)[0, -1].double().softmax(-1).tolist()
+
+    with torch.no_grad():
+        return exact_law.target_law(conditional, LOOP_NEW)
+
+
+def through_the_loop(rows: int, seed: int, verdict: Verdict) -> None:
+    print(
+        f"\n4. Through the decode loop: V = {LOOP_VOCAB}, a draft close to the target, prompt "
+        f"{list(LOOP_PROMPT)}, K = {LOOP_K}, T = 1,\n   {rows:,} seeded rows of {LOOP_NEW} new "
+        f"tokens; chi-square of the {LOOP_VOCAB**LOOP_NEW} sequences against the target's law\n"
+    )
+    print(f"{'method':<10} {'accept':>7} {'chi2':>8} {'df':>4} {'p':>9}")
+    target, draft = close_pair(seed + 3)
+    law = loop_law(target)
+    decoder = SpeculativeDecoder(target, draft, compile=False)
+    for method in ("standard", "block"):
+        params = [
+            SamplingParams(1.0, seed=seed * rows + i, max_new_tokens=LOOP_NEW) for i in range(rows)
+        ]
+        spec = SpeculativeConfig(LOOP_K, "probabilistic", method)
+        out = decoder.generate([list(LOOP_PROMPT)] * rows, params, spec)
+        stat, df = exact_law.chi_square(Counter(map(tuple, out.token_ids)), law)
+        p_value = exact_law.chi_square_sf(stat, df)
+        ok = p_value >= LOOP_FALSE_ALARM
+        if not ok:
+            verdict.failures.append(f"{method} through the loop: chi2 {stat:.1f} / {df}")
+        print(
+            f"{method:<10} {out.stats.accepted / out.stats.drafted:7.4f} {stat:8.1f} {df:4d} "
+            f"{p_value:9.3g}{'' if ok else '  <- off'}"
+        )
+    print(
+        "\nEvery round draws fresh numbers (minispec/rng.py): block keeps the LAST passing "
+        "position,\nso the uniforms and drafts past it are conditioned on what it kept, and no "
+        "later round may read them."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(
         prog="minispec verify",
@@ -223,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=integer(1, 20_000_000), default=2_000_000)
     parser.add_argument("--rounds", type=integer(1, 2_000_000), default=200_000)
     parser.add_argument("--seed", type=integer(0), default=0)
+    parser.add_argument("--loop-rows", type=integer(1, 1_000_000), default=40_000)
     args = parser.parse_args(argv)
     print(
         "compiling the sampler's graphs on first use (cached on disk afterwards) ...\n", flush=True
@@ -231,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     worked_example(args.draws, args.seed, verdict)
     tokens_per_round(args.rounds, args.seed, verdict)
     block_toy_example(args.rounds, args.seed, verdict)
+    through_the_loop(args.loop_rows, args.seed, verdict)
     if verdict.failures:
         print("\nFAILED: " + "; ".join(verdict.failures))
         return 1
