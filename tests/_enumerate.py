@@ -16,7 +16,6 @@ from collections import Counter
 import pytest
 import torch
 
-from minispec.decode import SpeculativeDecoder
 from model.config import GPTConfig
 from model.gpt import GPT
 from sampling.constraints import filtered_logits, normalize_params
@@ -167,16 +166,3 @@ def chi_square_sf(stat: float, df: int) -> float:
             torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)
         )
     )
-
-
-def record_hybrid_kinds(monkeypatch) -> list[str]:
-    """Every kind of round the hybrid chose (SpeculativeDecoder.hybrid_kind), in order."""
-    kinds: list[str] = []
-    hybrid_kind = SpeculativeDecoder.hybrid_kind
-
-    def recorded(self, run, proposal) -> str:
-        kinds.append(hybrid_kind(self, run, proposal))
-        return kinds[-1]
-
-    monkeypatch.setattr(SpeculativeDecoder, "hybrid_kind", recorded)
-    return kinds
