@@ -21,6 +21,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from minispec.checks import check_decoder, check_request
 from minispec.compiled import Announced, compile_fn
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
@@ -29,7 +30,7 @@ from minispec.policies.adaptive import AdaptivePolicy
 from minispec.policies.fixed import FixedK
 from minispec.proposers import PROPOSERS, HostProposer, Proposer, SuffixIndex
 from minispec.round import speculative_round
-from minispec.state import LoopState, Snapshot
+from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
@@ -85,19 +86,9 @@ class SpeculativeDecoder:
 
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only)."""
-        if compile not in (True, False, "aot"):
-            raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
-        if eos_token_id is not None and (
-            isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
-        ):
-            raise ValueError(f"eos_token_id must be an int >= 0 or None, got {eos_token_id!r}")
+        check_decoder(target, draft, compile, eos_token_id)
         # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
         self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
-        if draft is not None and draft.config.vocab_size != target.config.vocab_size:
-            raise ValueError(
-                f"draft vocabulary ({draft.config.vocab_size}) differs from the "
-                f"target's ({target.config.vocab_size})"
-            )
         self.target, self.draft = target.eval(), draft.eval() if draft is not None else None
         self.suffix_index, self.compile = suffix_index, compile
         self.device = target.embed.weight.device
@@ -127,36 +118,6 @@ class SpeculativeDecoder:
             )
             self.rounds[key] = (proposer, announced)
         return self.rounds[key]
-
-    def check(
-        self, prompts: list[list[int]], params: list[SamplingParams], spec: SpeculativeConfig
-    ) -> None:
-        """The one validation of a request: every bad input raises ValueError (TypeError for a
-        wrong type) naming it, before anything is computed."""
-        spec.validate()
-        k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
-        if k > 0 and needs is not None and getattr(self, needs) is None:
-            raise ValueError(
-                f"proposer {spec.proposer!r} needs SpeculativeDecoder(..., {needs}=...)"
-            )
-        if not prompts or len(params) != len(prompts):
-            raise ValueError(
-                f"params must hold one SamplingParams per prompt: got {len(params)} for "
-                f"{len(prompts)} prompts"
-            )
-        vocab = self.target.config.vocab_size
-        for i, (prompt, p) in enumerate(zip(prompts, params)):
-            p.validate()
-            if len(prompt) < 2:  # BOS plus at least one token
-                raise ValueError(f"prompt {i} is empty")
-            if any(not 0 <= t < vocab for t in prompt):
-                raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
-            if len(prompt) + p.max_new_tokens + k > self.max_seq_len:
-                raise ValueError(
-                    f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
-                    f"{p.max_new_tokens} + num_speculative_tokens {k} exceed the "
-                    f"context of {self.max_seq_len} tokens"
-                )
 
     @torch.no_grad()
     def prefill(
@@ -195,7 +156,6 @@ class SpeculativeDecoder:
         positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
         self.draft(state.tokens.gather(1, positions), positions)
 
-    @torch.no_grad()
     def generate(
         self,
         prompts: list[list[int]],
@@ -211,11 +171,12 @@ class SpeculativeDecoder:
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
-        self.check(prompts, params, spec)
-        run = self.start_run(prompts, params, spec, on_tokens, warm_up)
-        while not run.done:
-            self.decode_round(run)
-        self.collect(run.state, run.stats)
+        check_request(self, prompts, params, spec)
+        with torch.no_grad():
+            run = self.start_run(prompts, params, spec, on_tokens, warm_up)
+            while not run.done:
+                self.decode_round(run)
+        collect(run.state, run.stats)
         run.policy.finish(run.stats)
         return GenerationOutput(run.outputs, run.origins, run.stats)
 
@@ -308,20 +269,3 @@ class SpeculativeDecoder:
                 run.origins[i] += kinds
                 if run.on_tokens:
                     run.on_tokens(i, row.token_ids, kinds)
-
-    @staticmethod
-    def collect(state: LoopState, stats: DecodeStats) -> None:
-        """Copy the device-side counters into stats: one read, after the last round."""
-        counters = [state.rounds, state.accepted, state.generated, state.alpha_count]
-        counters += [state.drafted, state.alpha_sum]
-        totals = torch.cat(
-            [
-                torch.stack([c.sum().double() for c in counters]),
-                state.position_accepted.sum(0).double(),
-            ]
-        ).tolist()
-        stats.rounds, stats.accepted, stats.emitted, stats.alpha_count, stats.drafted = map(
-            int, totals[:5]
-        )
-        stats.alpha_sum = totals[5]
-        stats.position_accepted = [int(a) for a in totals[6:]]

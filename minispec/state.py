@@ -7,9 +7,12 @@ the last round.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+
+if TYPE_CHECKING:
+    from minispec.stats import DecodeStats
 
 # The snapshot's columns after a row's K + 1 token ids (see advance); with adaptive K one more
 # column, NEXT_WIDTH, holds the next round's width.
@@ -220,3 +223,15 @@ class Snapshot(NamedTuple):
     def done(self) -> bool:
         """Every row is done."""
         return all(row.done for row in self.rows)
+
+
+def collect(state: LoopState, stats: DecodeStats) -> None:
+    """Copy the statistics into `stats`: one read, after the last round."""
+    counters = [state.rounds, state.accepted, state.generated, state.alpha_count, state.drafted]
+    sums = torch.stack([c.sum().double() for c in counters + [state.alpha_sum]])
+    totals = torch.cat([sums, state.position_accepted.sum(0).double()]).tolist()
+    stats.rounds, stats.accepted, stats.emitted, stats.alpha_count, stats.drafted = map(
+        int, totals[:5]
+    )
+    stats.alpha_sum = totals[5]
+    stats.position_accepted = [int(a) for a in totals[6:]]

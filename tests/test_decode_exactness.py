@@ -298,7 +298,8 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
         return chosen[-1]
 
-    monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
+    monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)  # inside the round
+    monkeypatch.setattr(minispec.policies.adaptive, "choose_width", by_history)  # the first K
 
     # Every width timed already: otherwise the first rounds would time the widths in turn
     # (AdaptivePolicy), and in a NEW_TOKENS-long run the rule would hardly choose at all.

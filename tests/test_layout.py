@@ -26,8 +26,8 @@ FORBIDDEN_MENTIONS = ("GUIDE" + ".md", ".." + "/shared")
 def library_files(*, commands_entry: bool = True) -> list[Path]:
     """The library's modules: the loop (minispec/*.py, minispec/policies/ and
     minispec/proposers/), model/ and sampling/. minispec/commands/ is the command line, not the
-    library. `commands_entry` False leaves out minispec/__main__.py, `python -m minispec`'s entry, which is the command
-    line's front door and so imports it."""
+    library. `commands_entry` False leaves out minispec/__main__.py, `python -m minispec`'s
+    entry, which is the command line's front door and so imports it."""
     files = [
         *(ROOT / "minispec").glob("*.py"),
         *(ROOT / "minispec" / "policies").glob("*.py"),
