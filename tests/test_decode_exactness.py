@@ -33,12 +33,13 @@ from _enumerate import (
 
 import minispec.adaptive
 import minispec.policies.adaptive
+import minispec.proposers
 import minispec.proposers.draft_model
 from minispec.adaptive import AdaptiveConfig, RoundTimes
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.proposers import SuffixIndex
+from minispec.proposers import Proposal, Registered, SuffixIndex
 from model import tokenizer
 from model.checkpoint import load_pair
 from model.gpt import GPT
@@ -147,8 +148,8 @@ BLOCK_CASES = [(2, 0, 1.0), (3, 4, 0.7)]  # (K, top_k, top_p); K = 2 is not dege
 # (proposer, rejection_sample_method): the lookup proposers, with their short proposals
 # (the draft model is CASES' and BLOCK_CASES').
 PROPOSER_CASES = [("ngram", "standard"), ("suffix", "standard")]
-# + the mixed-temperature batch and the adaptive-K test
-NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 2
+# + the mixed-temperature batch, the adaptive-K test and a newly registered proposer
+NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 3
 FALSE_ALARM = 1e-6 / NUM_CHI_SQUARE_TESTS
 
 
@@ -279,6 +280,26 @@ def test_every_proposer_keeps_the_law(proposer: str, rejection: str) -> None:
     spec = SpeculativeConfig(3, "probabilistic", rejection, proposer)
     seed_base = 90_000_000 + 1_000_000 * PROPOSER_CASES.index((proposer, rejection))
     assert fit_p_value(spec, groups, seed_base, rows_per_group=2500) > FALSE_ALARM
+
+
+class RepeatLast:
+    """What a fork adds: a proposer in one class, registered once. It proposes the row's last
+    token K times (deterministic: a one-hot q)."""
+
+    def propose(self, state, num_speculative_tokens: int, sampling) -> Proposal:
+        last = state.tokens.gather(1, state.seq_len[:, None] - 1)
+        ids = last.expand(-1, num_speculative_tokens).clone()
+        return Proposal(ids, torch.full_like(state.seq_len, num_speculative_tokens))
+
+
+def test_a_proposer_registered_once_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry in PROPOSERS makes a new proposer a valid SpeculativeConfig.proposer, and the
+    loop runs it; the whole-sequence law holds, at T = 0 and T = 1 in one batch."""
+    entry = Registered(lambda draft, index: RepeatLast())
+    monkeypatch.setitem(minispec.proposers.PROPOSERS, "repeat_last", entry)
+    groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
+    spec = SpeculativeConfig(3, "probabilistic", proposer="repeat_last")
+    assert fit_p_value(spec, groups, seed_base=97_000_000, rows_per_group=2500) > FALSE_ALARM
 
 
 def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
