@@ -338,6 +338,20 @@ def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.Mo
 # Stats and host reads
 
 
+def test_a_warm_up_runs_each_width_once_and_stops() -> None:
+    """warm_up=True compiles every graph a call can use: one round at each adaptive width, in
+    order, whatever the rounds choose, and one round for a fixed K; then it stops, with the
+    rows far from done."""
+    decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=False)
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=20) for i in range(2)]
+    widths = (0, 2, 3)
+    for k, expected in (("auto", {0: 1, 2: 1, 3: 1}), (2, {2: 1})):
+        spec = SpeculativeConfig(k, adaptive=AdaptiveConfig(widths=widths))
+        out = decoder.generate([[1, 2], [3, 4, 5]], params, spec, warm_up=True)
+        assert dict(out.stats.k_histogram) == expected, k
+        assert all(len(ids) < 20 for ids in out.token_ids)
+
+
 def test_k0_is_one_token_per_target_forward_and_one_host_sync_per_round() -> None:
     decoder = SpeculativeDecoder(*pair(), compile=False)
     params = [
