@@ -106,8 +106,8 @@ def expected_tokens(
 
     remaining [B]: the tokens each row may still keep (its max_new_tokens left, 0 once done). A
     round keeps at most that many, so the sum stops at i = remaining - 1: E[min(n + 1, remaining)].
-    Without the cap eq. (1) counts drafts past a row's end, 4-6 % of K = 8's tokens at 128 new
-    tokens a row, and overvalues wide rounds near the end of every row."""
+    Without the cap eq. (1) counts drafts past a row's end and overvalues wide rounds near the
+    end of every row."""
     i = torch.arange(max(widths) + 1, device=alpha.device)
     upto = i <= torch.tensor(widths, device=alpha.device)[:, None]  # [W, Kmax+1]
     terms = alpha[:, None] ** i  # [B, Kmax+1]
@@ -147,24 +147,14 @@ class RoundTimes:
     sample methods), and never pass it a round that compiled: one such time (seconds to
     minutes) would price its width out for good.
 
-    Widths are compared only through rounds run one after the other. The machine's speed drifts:
-    between calls K = 0 alone ran at 634 to 859 tok/s (B = 64), and a width's latest rounds may
-    come from a slow spell or a fast one. When each width's time was the median of its own last
-    5 rounds, at B = 16, T = 1 the chooser priced K = 2 at 1.32 K = 0 rounds and K = 4 at 1.96,
-    where they took 1.91 and 2.77. It then ran K = 4 in a third of the rounds, the best fixed K
-    being K = 2 by 19 %. Two adjacent rounds share the machine's speed, so the log of their time
-    ratio measures the two widths' ratio alone. Each pair of widths keeps the median of its last
-    `window` such steps, and `relative` fits one log time per width to all of them (least
-    squares, with the model as a faint prior, which fills in widths not yet compared).
-
-    Two guards against a busy machine:
-    - A stall makes one round slow, and so two steps wrong, in opposite directions. The median
-      of the steps leaves it out. With a running mean of round times, one 20 ms round among
-      14 ms ones priced K = 8 below K = 2, and the batch stayed at K = 2 for 50 rounds at two
-      thirds of the speed.
-    - A width that was not run for `retime_after` rounds of this family is due to run once
-      more (WidthSchedule). Only the widths that run are timed, so without this a width whose
-      one step came out slow would never run again; each such run adds two steps."""
+    Widths are compared only through rounds run one after the other: the machine's speed
+    drifts, and two adjacent rounds share it, so the log of their time ratio measures the two
+    widths' ratio alone. Each pair of widths keeps the median of its last `window` such steps
+    (a stall makes one round slow and so two steps wrong; the median leaves them out), and
+    `relative` fits one log time per width to all of them (least squares, with the model as a
+    faint prior, which fills in widths not yet compared). Only the widths that run are timed,
+    so a width not run for `retime_after` rounds of this family is due to run once more
+    (AdaptivePolicy): else a width whose one step came out slow would never run again."""
 
     c: float
     window: int = 9
@@ -219,12 +209,10 @@ class RoundTimes:
 class FamilyPrior:
     """Host-side: the alpha a new call's rows start from, and drift back to, for one graph
     family (as RoundTimes): the alpha the family's past calls measured, each call's beta pooled
-    over its verified positions (the hybrid's lookup rounds among them), older calls decayed by
-    call_decay, shrunk towards prior_alpha as a row's estimate is (prior_alpha before any call).
-
-    With prior_alpha alone every call began as if alpha were 0.7. The shipped pair's is 0.89
-    at T = 0, and in a traced run at B = 64 a call spent its first 8 of about 36 rounds at
-    K = 2, where K = 4 yields more tokens per second. Exact: it reads finished calls only."""
+    over its verified positions, older calls decayed by call_decay, shrunk towards prior_alpha
+    as a row's estimate is (prior_alpha before any call). A pair's alpha is far from a generic
+    prior (the shipped pair's is near 0.9 at T = 0), and starting there would spend a call's
+    first rounds at a K too small. Exact: it reads finished calls only."""
 
     estimate: AlphaEstimate = field(default_factory=lambda: initial_estimate(1))
 
@@ -249,67 +237,6 @@ class FamilyMeasurements:
 
     times: RoundTimes
     prior: FamilyPrior = field(default_factory=FamilyPrior)
-
-
-@dataclass(slots=True)
-class LookupGate:
-    """Host-side: whether the hybrid takes a lookup round (no draft model, the widest K) when
-    every row's lookup matched the threshold. A long match is no promise on its own: the shipped
-    target often leaves a 16-token match of the corpus or of its own text, and a lookup round
-    that keeps 2 tokens is slower than a draft round that keeps 5. So the gate compares the two
-    kinds of round by tokens per second, each a running mean of what it measured.
-
-    A draft round taken while every lookup was trusted also tells what the lookup would have
-    kept: its drafts' agreement with the tokens the round emitted. At T = 0 that is exact up to
-    the emitted count (a lower bound there); at T > 0 a guess. It keeps the lookup's estimate
-    alive while the gate is shut, so a shut gate opens again when lookups start to agree. The
-    lookups themselves cost 4-6 % of a round on the host, so while the gate is shut they run in
-    one round of `probe_every` only. Before either side is measured, the gate is open: one
-    lookup round measures it. Exact whatever it decides: it reads past rounds only."""
-
-    smoothing: float = 0.3  # weight of the newest measurement
-    probe_every: int = 8
-    rounds_shut: int = 0  # rounds since the lookups last ran while shut
-    lookup_seconds: float | None = None  # per lookup round
-    lookup_tokens: float | None = None  # emitted per lookup round (the batch's)
-    draft_rate: float | None = None  # tokens per second of the hybrid's own rounds
-
-    def mean(self, old: float | None, new: float) -> float:
-        return new if old is None else (1 - self.smoothing) * old + self.smoothing * new
-
-    def open(self) -> bool:
-        if None in (self.lookup_seconds, self.lookup_tokens, self.draft_rate):
-            return True
-        return self.lookup_tokens / self.lookup_seconds >= self.draft_rate
-
-    def should_look(self) -> bool:
-        """Whether this round runs the lookups: always while open, one round in probe_every
-        while shut."""
-        if self.open():
-            self.rounds_shut = 0
-            return True
-        self.rounds_shut = (self.rounds_shut + 1) % self.probe_every
-        return self.rounds_shut == 0
-
-    def observe_lookup_round(self, seconds: float, tokens: int) -> None:
-        self.lookup_seconds = self.mean(self.lookup_seconds, seconds)
-        self.lookup_tokens = self.mean(self.lookup_tokens, tokens)
-
-    def observe_draft_round(self, seconds: float, tokens: int, lookup_tokens: int | None) -> None:
-        """lookup_tokens: what a lookup round would have emitted (None: some row's lookup was
-        not trusted, so no lookup round was on offer)."""
-        self.draft_rate = self.mean(self.draft_rate, tokens / seconds)
-        if lookup_tokens is not None:
-            self.lookup_tokens = self.mean(self.lookup_tokens, lookup_tokens)
-
-
-def would_keep(drafts: list[int], emitted: list[int]) -> int:
-    """Tokens a round with these drafts would have emitted, judged by the tokens a round did
-    emit: 1 + the drafts that agree with them, up to the first that does not."""
-    agree = 0
-    while agree < min(len(drafts), len(emitted)) and drafts[agree] == emitted[agree]:
-        agree += 1
-    return 1 + agree
 
 
 def next_width(

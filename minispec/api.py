@@ -97,18 +97,16 @@ def generate(
     `tokenizer` encodes the prompts and decodes the texts (hf_tokenizer.load_tokenizer gives a
     model folder's own); it must be the one the decoder's models were trained with.
 
-    A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it."""
+    A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it: here
+    the arguments' types, and the request's values in SpeculativeDecoder.check."""
     prompt_ids = encode_prompts(prompts, tokenizer)
     if params is None:
         params = shared_params(len(prompts), temperature, top_k, top_p, seed, max_new_tokens)
     else:
-        check_params(params, len(prompts))
-    for p in params:
-        p.validate()
+        check_params(params)
     spec = SpeculativeConfig(
         num_speculative_tokens, draft_sample_method, rejection_sample_method, proposer
     )
-    spec.validate()
     check_decoder_and_callback(decoder, on_tokens)
     decoder = decoder or load_decoder()
     out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
@@ -166,15 +164,11 @@ def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[in
     return ids
 
 
-def check_params(params: list[SamplingParams], count: int) -> None:
-    """`params` must be a list of one SamplingParams per prompt."""
+def check_params(params: list[SamplingParams]) -> None:
+    """`params` must be a list of SamplingParams (one per prompt: SpeculativeDecoder.check)."""
     if not isinstance(params, (list, tuple)):
         raise TypeError(
             f"params must be a list of SamplingParams or None, got {type(params).__name__}"
-        )
-    if len(params) != count:
-        raise ValueError(
-            f"params must hold one SamplingParams per prompt: got {len(params)} for {count} prompts"
         )
     for i, p in enumerate(params):
         if not isinstance(p, SamplingParams):

@@ -13,16 +13,13 @@ from dataclasses import dataclass, field
 import torch
 
 from minispec.adaptive import AdaptiveConfig
+from minispec.proposers import PROPOSERS  # the registry: its names are what `proposer` takes
 from sampling.constraints import RowConstraints, normalize_params
 from sampling.rejection import REJECTION_SAMPLE_METHODS
 
 # "auto": greedy when every request of the batch is greedy (T = 0), probabilistic otherwise: at
 # T > 0 a sampled draft is accepted far more often than an argmax one.
 DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
-# Where drafts come from (vLLM's speculative_config "method"): a draft model, n-gram lookup in
-# the request's own tokens, a suffix index over a corpus, or a lookup where it matched well and
-# the draft model elsewhere.
-PROPOSERS = ("draft_model", "ngram", "suffix", "hybrid")
 MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
 
 
@@ -99,13 +96,20 @@ class SpeculativeConfig:
         for name, choices in (
             ("draft_sample_method", DRAFT_SAMPLE_METHODS),
             ("rejection_sample_method", REJECTION_SAMPLE_METHODS),
-            ("proposer", PROPOSERS),
+            ("proposer", tuple(PROPOSERS)),
         ):
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(choices)}")
+
+    def draft_method_for(self, params: list[SamplingParams]) -> str:
+        """The draft sample method a batch runs: "auto" resolved (greedy when every request
+        is greedy)."""
+        if self.draft_sample_method != "auto":
+            return self.draft_sample_method
+        return "greedy" if all(p.temperature == 0 for p in params) else "probabilistic"
 
     @property
     def widths(self) -> tuple[int, ...]:

@@ -3,6 +3,7 @@
 `speculative_round` reads top to bottom as the algorithm, one phase per line:
   noise    all of the round's randomness, fresh for every round         (minispec/rng.py)
   propose  up to K drafts x_1..x_L per row, and the q they came from   (minispec/proposers/)
+           (a host proposer's come in as host_proposal, computed before the round)
   verify   the target's logits at [last, x_1..x_K], one (K+1)-token forward
   accept   the rejection sampler: n accepted drafts + 1 corrective or bonus token
   advance  each row moves by its own kept count; statistics accumulate  (minispec/state.py)
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from minispec.adaptive import AdaptiveConfig, next_width
-from minispec.proposers import Proposal, Proposer
+from minispec.proposers import DraftSampling, Proposal, Proposer
 from minispec.proposers.draft_model import draw
 from minispec.rng import round_noise
 from minispec.state import LoopState, advance, observe
@@ -91,14 +92,16 @@ def speculative_round(
     adaptive: AdaptiveConfig | None = None,
 ) -> tuple[LoopState, torch.Tensor]:
     """Algorithm 1 once for every row: returns the next state and the snapshot the host reads
-    (with `adaptive`, its last column is the next round's width, an index into its widths)."""
+    (with `adaptive`, its NEXT_WIDTH column is the next round's width, an index into its
+    widths). `proposer` drafts inside the round unless the host proposed (`host_proposal`)."""
     k, vocab_size = num_speculative_tokens, target.config.vocab_size
     noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rejection_sample_method)
     proposal = beta = None
     if k:
-        proposal = proposer.propose(
-            state, k, constraints, noise.draft, draft_sample_method, host_proposal
-        )
+        sampling = DraftSampling(constraints, noise.draft, draft_sample_method)
+        proposal = host_proposal
+        if proposal is None:
+            proposal = proposer.propose(state, k, sampling)
     target_logits = verify(target, state, proposal)
     emitted, num_accepted = accept(
         target_logits, proposal, constraints, noise.uniforms, noise.target, rejection_sample_method

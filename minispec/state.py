@@ -7,9 +7,16 @@ the last round.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+
+if TYPE_CHECKING:
+    from minispec.stats import DecodeStats
+
+# The snapshot's columns after a row's K + 1 token ids (see advance); with adaptive K one more
+# column, NEXT_WIDTH, holds the next round's width.
+COUNT, NUM_ACCEPTED, NUM_DRAFTS, DONE, NEXT_WIDTH = range(1, 6)
 
 
 class LoopState(NamedTuple):
@@ -41,11 +48,11 @@ class LoopState(NamedTuple):
         max_new_tokens: list[int],
         seeds: list[int],
         num_speculative_tokens: int,
-        prior_alpha: float,
+        prior_alpha: float = 0.0,
     ) -> LoopState:
         """The state before the first round: prompts in place, counters at zero.
         num_speculative_tokens is the widest K any round will use; prior_alpha, adaptive K's
-        prior for every row (FamilyPrior)."""
+        prior for every row (read only by a round that chooses the next K)."""
         b, device = tokens.shape[0], tokens.device
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -128,7 +135,8 @@ def advance(
     "return prefix + [x_1..x_n, t]"); the KV caches roll back by position alone.
 
     Returns the new state and the round's snapshot [B, K+5]: emitted ids (-1 past the count),
-    count, n, L (the row's drafts), done. That snapshot is the one thing the host reads.
+    then the columns COUNT, NUM_ACCEPTED (n), NUM_DRAFTS (L) and DONE. That snapshot is the one
+    thing the host reads (Snapshot.read).
     """
     count = emitted_count(state, emitted, num_accepted, eos_token_id)
     j = torch.arange(emitted.shape[1], device=emitted.device)
@@ -177,3 +185,53 @@ def accumulate_stats(
         alpha_sum=state.alpha_sum + observed.beta_sum,
         alpha_count=state.alpha_count + observed.tested,
     )
+
+
+class RowResult(NamedTuple):
+    """What one round did for one row, as the host reads it."""
+
+    token_ids: list[int]  # the tokens the row kept (none once it is done)
+    num_accepted: int  # n
+    num_drafts: int  # L: the drafts its proposal held
+    done: bool
+
+
+class Snapshot(NamedTuple):
+    """A round's snapshot on the host: one RowResult per row, and the next round's width (an
+    index into the adaptive widths) when the round chose it, else None."""
+
+    rows: list[RowResult]
+    next_width: int | None
+
+    @classmethod
+    def read(cls, snapshot: torch.Tensor, num_speculative_tokens: int) -> Snapshot:
+        """The round's one device-to-host read, named."""
+        k, values = num_speculative_tokens, snapshot.tolist()
+        rows = [
+            RowResult(
+                row[: row[k + COUNT]],
+                row[k + NUM_ACCEPTED],
+                row[k + NUM_DRAFTS],
+                bool(row[k + DONE]),
+            )
+            for row in values
+        ]
+        chosen = values[0][k + NEXT_WIDTH] if len(values[0]) > k + NEXT_WIDTH else None
+        return cls(rows, chosen)
+
+    @property
+    def done(self) -> bool:
+        """Every row is done."""
+        return all(row.done for row in self.rows)
+
+
+def collect(state: LoopState, stats: DecodeStats) -> None:
+    """Copy the statistics into `stats`: one read, after the last round."""
+    counters = [state.rounds, state.accepted, state.generated, state.alpha_count, state.drafted]
+    sums = torch.stack([c.sum().double() for c in counters + [state.alpha_sum]])
+    totals = torch.cat([sums, state.position_accepted.sum(0).double()]).tolist()
+    stats.rounds, stats.accepted, stats.emitted, stats.alpha_count, stats.drafted = map(
+        int, totals[:5]
+    )
+    stats.alpha_sum = totals[5]
+    stats.position_accepted = [int(a) for a in totals[6:]]

@@ -37,17 +37,12 @@ class DecodeStats:
     position_accepted: list[int] = field(default_factory=list)  # i -> rounds, first i+1 accepted
     batch_rounds: int = 0  # loop iterations (one batched target forward each)
     k_histogram: Counter = field(default_factory=Counter)  # K -> batch rounds that used it
-    lookup_rounds: int = 0  # the hybrid's batch rounds without the draft model (in k_histogram)
     compiled_calls: int = 0  # calls into compiled code inside rounds: one guard check each
     host_syncs: int = 0  # device->host reads inside rounds, counted where they happen
     time_prefill: float = 0.0
     time_round: float = 0.0  # the rounds themselves, each up to and including its host read
     time_emit: float = 0.0  # handing tokens to the caller, streaming callback included
-    time_lookup: float = 0.0  # the host's suffix lookups, part of time_round
-    # One step of each model, timed apart from the loop (the round is one graph, so the loop
-    # cannot split it): filled in by SpeculativeDecoder.time_steps when asked for.
-    draft_step_time: float | None = None
-    target_step_time: float | None = None
+    time_lookup: float = 0.0  # a host proposer's lookups (suffix), part of time_round
 
     def count_round(self, seconds: float, host_reads: int, compiled_calls: int, k: int) -> None:
         self.batch_rounds += 1
@@ -97,12 +92,6 @@ class DecodeStats:
         base = baseline.tokens_per_second
         return self.tokens_per_second / base if base else None
 
-    def cost_ratio(self) -> float | None:
-        """c (Definition 3.7): one draft step over one target step, when both were timed."""
-        if self.draft_step_time is None or not self.target_step_time:
-            return None
-        return self.draft_step_time / self.target_step_time
-
     def to_dict(self) -> dict:
         return {
             "num_speculative_tokens": self.num_speculative_tokens,
@@ -117,8 +106,6 @@ class DecodeStats:
             "host_syncs_per_round": self.per_round(self.host_syncs),
             "compiled_calls_per_round": self.per_round(self.compiled_calls),
             "k_histogram": dict(sorted(self.k_histogram.items())),
-            "lookup_rounds": self.lookup_rounds,
-            "c": self.cost_ratio(),
             "time_s": {
                 "prefill": self.time_prefill,
                 "rounds": self.time_round,
@@ -128,8 +115,7 @@ class DecodeStats:
         }
 
     def summary(self, baseline: "DecodeStats | None" = None) -> str:
-        """Human-readable lines; with a K = 0 baseline, the measured speedup, and Theorem 3.8's
-        prediction beside it when c was timed."""
+        """Human-readable lines; with a K = 0 baseline, the measured speedup."""
         k = self.num_speculative_tokens
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
         lines = [
@@ -149,8 +135,6 @@ class DecodeStats:
                 "  K chosen (K: rounds)         "
                 + " ".join(f"{w}: {n}" for w, n in sorted(self.k_histogram.items()))
             )
-        if self.lookup_rounds:  # the hybrid's lookup rounds
-            lines.append(f"  rounds without the draft     {self.lookup_rounds}")
         lines += [
             f"  tokens per target forward    {self.tokens_per_target_forward:.3f}",
             f"  host syncs per round         {self.per_round(self.host_syncs):.2f}",
@@ -158,14 +142,8 @@ class DecodeStats:
             f"  time per round               {1e3 * self.round_time:.2f} ms "
             f"(+ {1e3 * self.per_round(self.time_emit):.2f} ms handing tokens out)",
         ]
-        if k and self.cost_ratio() is not None:
-            lines.append(f"  measured c                   {fmt(self.cost_ratio())}")
         if k and baseline:
             speedup = self.speedup_over(baseline)
             measured = "n/a" if speedup is None else f"{speedup:.2f}x"
-            line = f"  speedup vs K = 0             {measured} measured"
-            if self.alpha is not None and self.cost_ratio() is not None and k != "auto":
-                predicted = predicted_speedup(self.alpha, k, self.cost_ratio())
-                line += f", {predicted:.2f}x predicted (Theorem 3.8)"
-            lines.append(line)
+            lines.append(f"  speedup vs K = 0             {measured} measured")
         return "\n".join(lines)

@@ -15,7 +15,6 @@ import copy
 import pytest
 import torch
 
-from minispec.decode import SpeculativeDecoder
 from model.config import GPTConfig
 from model.gpt import GPT
 from sampling.constraints import filtered_logits, normalize_params
@@ -123,16 +122,3 @@ def sequence_law(
         probs = joint[rows, tokens]
     assert abs(float(probs.sum()) - 1) < 1e-9
     return {tuple(seq[len(prompt) :]): prob for seq, prob in zip(prefixes.tolist(), probs.tolist())}
-
-
-def record_hybrid_kinds(monkeypatch) -> list[str]:
-    """Every kind of round the hybrid chose (SpeculativeDecoder.hybrid_kind), in order."""
-    kinds: list[str] = []
-    hybrid_kind = SpeculativeDecoder.hybrid_kind
-
-    def recorded(self, run, proposal) -> str:
-        kinds.append(hybrid_kind(self, run, proposal))
-        return kinds[-1]
-
-    monkeypatch.setattr(SpeculativeDecoder, "hybrid_kind", recorded)
-    return kinds

@@ -13,8 +13,8 @@ from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.adaptive import (
     AdaptiveConfig,
     AlphaEstimate,
+    FamilyMeasurements,
     FamilyPrior,
-    LookupGate,
     RoundTimes,
     choose_width,
     current_alpha,
@@ -22,9 +22,8 @@ from minispec.adaptive import (
     initial_estimate,
     next_width,
     update_estimate,
-    would_keep,
 )
-from minispec.decode import WidthSchedule
+from minispec.policies.adaptive import AdaptivePolicy
 from minispec.state import LoopState, Observation
 from minispec.stats import predicted_speedup
 
@@ -265,18 +264,23 @@ def test_adaptive_keeps_up_with_the_best_fixed_k_when_alpha_shifts() -> None:
     assert simulate(adaptive, lambda r: 0.1, c=c) >= 0.98
 
 
+def schedule_of(widths: tuple[int, ...], times: RoundTimes) -> AdaptivePolicy:
+    """Adaptive K's policy over `widths`, timed into `times`, its first K widths[0]."""
+    return AdaptivePolicy(AdaptiveConfig(widths=widths), FamilyMeasurements(times))
+
+
 def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
     """A round that compiled is not timed, and the rounds on either side of it are not
     compared: one of them would be compared with a compile."""
     times = RoundTimes(c=0.1)
-    schedule = WidthSchedule((0, 2), times, warm_up=False)
-    schedule.advance(0.01, [[1]], done=False)  # K = 0; the rounds choose K = 2 next
-    schedule.advance(None, [[0]], done=False)  # K = 2 compiled: untimed, so due again
+    schedule = schedule_of((0, 2), times)
+    schedule.advance(0.01, 1, done=False)  # K = 0; the rounds choose K = 2 next
+    schedule.advance(None, 0, done=False)  # K = 2 compiled: untimed, so due again
     assert times.rounds == 1 and times.steps == {}
-    schedule.advance(0.02, [[0]], done=False)  # K = 2, after the round that compiled
+    schedule.advance(0.02, 0, done=False)  # K = 2, after the round that compiled
     assert times.rounds == 2 and times.steps == {}
     assert schedule.relative_times.tolist() == pytest.approx([1.0, 1.2])  # still the model
-    schedule.advance(0.01, [[0]], done=False)  # K = 0 right after a timed K = 2
+    schedule.advance(0.01, 0, done=False)  # K = 0 right after a timed K = 2
     assert list(times.steps[(0, 2)]) == pytest.approx([math.log(2)])
     # The round's chooser sees the new step at once.
     assert schedule.relative_times.tolist() == pytest.approx([1.0, 2.0], rel=1e-4)
@@ -287,17 +291,17 @@ def test_width_schedule_times_every_width_once_before_following_the_choice() -> 
     measured time: each one this graph family has not timed runs once, whatever the rounds
     chose, and then the rounds' choice (here always index 0, K = 0) is followed."""
     times = RoundTimes(c=0.1)
-    schedule = WidthSchedule((0, 2, 4), times, warm_up=False)
-    schedule.k = 2  # the first round's width, as SpeculativeDecoder.first_width sets it
+    schedule = schedule_of((0, 2, 4), times)
+    schedule.k = 2  # the first round's width, as AdaptivePolicy.first_width sets it
     ran = []
     for _ in range(5):
         ran.append(schedule.k)
-        schedule.advance(0.01 * (1 + schedule.k), [[0]], done=False)
+        schedule.advance(0.01 * (1 + schedule.k), 0, done=False)
     assert ran == [2, 0, 4, 0, 0]
     assert set(times.last_timed) == {0, 2, 4}
     # A round that compiled is not a time: its width is tried again.
-    other = WidthSchedule((0, 2), RoundTimes(c=0.1), warm_up=False)
-    other.advance(None, [[1]], done=False)
+    other = schedule_of((0, 2), RoundTimes(c=0.1))
+    other.advance(None, 1, done=False)
     assert other.k == 0
 
 
@@ -335,38 +339,12 @@ def test_a_width_not_run_for_a_while_is_timed_again() -> None:
     """Only the width chosen is timed, so a width whose one time came out slow would never run
     again. After retime_after rounds without it, it runs once (the longest untimed first)."""
     times = RoundTimes(c=0.1, retime_after=10)
-    schedule = WidthSchedule((0, 2, 4), times, warm_up=False)
+    schedule = schedule_of((0, 2, 4), times)
     ran = []
     for _ in range(30):
         ran.append(schedule.k)
         # K = 4 looks slow the one time it runs; the rounds always choose index 1, K = 2.
-        schedule.advance(0.05 if schedule.k == 4 else 0.01, [[1]], done=False)
+        schedule.advance(0.05 if schedule.k == 4 else 0.01, 1, done=False)
     assert ran[:3] == [0, 2, 4]  # each width timed once at first (schedule.k starts at 0)
     assert ran[11:14] == [0, 2, 4]  # each 10 rounds after its last time
     assert ran.count(0) == ran.count(4) == 3 and ran.count(2) == 24
-
-
-def test_lookup_gate_opens_while_lookup_rounds_pay_and_reopens_when_lookups_agree() -> None:
-    gate = LookupGate(smoothing=0.5)
-    assert gate.open()  # nothing measured: one lookup round measures it
-    gate.observe_lookup_round(seconds=0.010, tokens=2)  # 200 tokens/s
-    assert gate.open()  # no draft round yet
-    gate.observe_draft_round(seconds=0.020, tokens=6, lookup_tokens=None)  # 300 tokens/s
-    assert not gate.open()
-    # Draft rounds taken while every lookup was trusted say the lookup would have kept 6:
-    gate.observe_draft_round(seconds=0.020, tokens=6, lookup_tokens=6)  # lookup mean 4: 400/s
-    assert gate.open()
-
-
-def test_a_shut_lookup_gate_runs_the_lookups_in_one_round_of_probe_every() -> None:
-    gate = LookupGate(probe_every=4, lookup_seconds=0.01, lookup_tokens=1, draft_rate=300)
-    assert not gate.open()
-    assert [gate.should_look() for _ in range(8)] == [False, False, False, True] * 2
-    gate.draft_rate = 50  # lookup rounds pay again: every round looks
-    assert all(gate.should_look() for _ in range(4))
-
-
-def test_would_keep_counts_the_drafts_that_agree_with_what_was_emitted() -> None:
-    assert would_keep([5, 6, 7], [5, 6, 9, 1]) == 3  # two agree, the third would be corrected
-    assert would_keep([5, 6, 7], [4]) == 1
-    assert would_keep([5, 6, 7], [5, 6]) == 3  # all that was emitted agrees: at least 3

@@ -60,7 +60,7 @@ def decode_all(decoder: SpeculativeDecoder) -> tuple[list, list[torch.Tensor]]:
 
 
 def exports(decoder: SpeculativeDecoder) -> int:
-    return sum(announced.fn.exports for _, _, announced in decoder.rounds.values())
+    return sum(announced.fn.exports for _, announced in decoder.rounds.values())
 
 
 def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) -> None:

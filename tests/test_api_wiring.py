@@ -5,6 +5,8 @@
   the first of a list; none means max_new_tokens only.
 - `decode --target DIR --draft DIR` with a folder's own (non-byte) tokenizer encodes the
   prompt and decodes the output with it, streamed text equal to the --json text.
+- `minispec.generate` validates a request once: each SamplingParams and the SpeculativeConfig
+  in SpeculativeDecoder's check, not again in the API.
 """
 
 from __future__ import annotations
@@ -44,6 +46,24 @@ def test_full_forward_after_generate_ignores_the_cache() -> None:
     tokens = torch.randint(64, (3, 20), generator=torch.Generator().manual_seed(0))  # B != 2
     with torch.no_grad():
         torch.testing.assert_close(target(tokens), fresh(tokens), rtol=0, atol=0)
+
+
+def test_the_api_validates_a_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted: one SamplingParams.validate per request and one SpeculativeConfig.validate per
+    call (the API validating them too, as well as the decoder, would count two of each)."""
+    calls: list[str] = []
+    for cls in (SamplingParams, SpeculativeConfig):
+        validate = cls.validate
+
+        def counted(self, _validate=validate, _name=cls.__name__) -> None:
+            calls.append(_name)
+            _validate(self)
+
+        monkeypatch.setattr(cls, "validate", counted)
+    target, draft = random_gpt(VOCAB, seed=0, max_seq_len=32), random_gpt(VOCAB, seed=1)
+    decoder = SpeculativeDecoder(target, draft, compile=False)
+    minispec.generate(["ab", "cd"], num_speculative_tokens=2, max_new_tokens=3, decoder=decoder)
+    assert sorted(calls) == ["SamplingParams", "SamplingParams", "SpeculativeConfig"]
 
 
 def greedy(decoder: SpeculativeDecoder, n: int = 12) -> list[int]:

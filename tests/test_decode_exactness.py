@@ -28,18 +28,18 @@ from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
-    record_hybrid_kinds,
     sequence_law,
 )
 
 import minispec.adaptive
-import minispec.decode
+import minispec.policies.adaptive
+import minispec.proposers
 import minispec.proposers.draft_model
 from minispec.adaptive import AdaptiveConfig, RoundTimes
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.proposers import SuffixIndex
+from minispec.proposers import Proposal, Registered, SuffixIndex
 from model import tokenizer
 from model.checkpoint import load_pair
 from model.gpt import GPT
@@ -81,11 +81,9 @@ def test_greedy_float64_speculative_equals_target_only(float64_pair: tuple[GPT, 
 
 
 def test_greedy_float64_every_proposer_equals_target_only(float64_pair: tuple[GPT, GPT]) -> None:
-    decoder = SpeculativeDecoder(
-        *float64_pair, compile=False, suffix_index=lookup_index(), hybrid_threshold=3
-    )
+    decoder = SpeculativeDecoder(*float64_pair, compile=False, suffix_index=lookup_index())
     baseline = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(0))
-    for proposer in ("ngram", "suffix", "hybrid"):
+    for proposer in ("ngram", "suffix"):
         for k in (3, "auto"):
             out = decoder.generate(
                 GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(k, proposer=proposer)
@@ -147,15 +145,10 @@ CASES = [
 ]
 MIXED_TEMPERATURES = (0.0, 0.6, 1.7)
 BLOCK_CASES = [(2, 0, 1.0), (3, 4, 0.7)]  # (K, top_k, top_p); K = 2 is not degenerate
-# (proposer, rejection_sample_method): every proposer, and block with the hybrid's mixed q
-# (one-hot for lookup rows, the draft's for the others) and its short proposals.
-PROPOSER_CASES = [
-    ("ngram", "standard"),
-    ("suffix", "standard"),
-    ("hybrid", "standard"),
-    ("hybrid", "block"),
-]
-# + the mixed-temperature batch, the adaptive-K test and the hybrid's lookup rounds
+# (proposer, rejection_sample_method): the lookup proposers, with their short proposals
+# (the draft model is CASES' and BLOCK_CASES').
+PROPOSER_CASES = [("ngram", "standard"), ("suffix", "standard")]
+# + the mixed-temperature batch, the adaptive-K test and a newly registered proposer
 NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 3
 FALSE_ALARM = 1e-6 / NUM_CHI_SQUARE_TESTS
 
@@ -184,11 +177,8 @@ def lookup_index() -> SuffixIndex:
 def sample_sequences(
     spec: SpeculativeConfig, row_params: list[SamplingParams], prompts: list[list[int]]
 ) -> list[tuple[int, ...]]:
-    """One batched generate: every row its own seed (taken from row_params). The hybrid takes a
-    lookup that matched 3 tokens (the n-gram proposer's shortest match), so it mixes often."""
-    decoder = SpeculativeDecoder(
-        *exactness_pair(), compile=False, suffix_index=lookup_index(), hybrid_threshold=3
-    )
+    """One batched generate: every row its own seed (taken from row_params)."""
+    decoder = SpeculativeDecoder(*exactness_pair(), compile=False, suffix_index=lookup_index())
     out = decoder.generate(prompts, row_params, spec)
     assert all(len(t) == NEW_TOKENS for t in out.token_ids)
     return [tuple(t) for t in out.token_ids]
@@ -292,32 +282,30 @@ def test_every_proposer_keeps_the_law(proposer: str, rejection: str) -> None:
     assert fit_p_value(spec, groups, seed_base, rows_per_group=2500) > FALSE_ALARM
 
 
-def test_the_hybrids_rounds_without_the_draft_keep_the_law(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """In a batch this large, every row trusting its lookup (the hybrid's rule for a round
-    without the draft model) never happens: a rule that takes every other round without it
-    stands in (the gate held open), so that rows with a lookup of any length, or none, go
-    through such rounds."""
-    rounds = []
+class RepeatLast:
+    """What a fork adds: a proposer in one class, registered once. It proposes the row's last
+    token K times (deterministic: a one-hot q)."""
 
-    def every_other_round(match_length, active, threshold) -> bool:
-        rounds.append(len(rounds) % 2 == 1)
-        return rounds[-1]
+    def propose(self, state, num_speculative_tokens: int, sampling) -> Proposal:
+        last = state.tokens.gather(1, state.seq_len[:, None] - 1)
+        ids = last.expand(-1, num_speculative_tokens).clone()
+        return Proposal(ids, torch.full_like(state.seq_len, num_speculative_tokens))
 
-    monkeypatch.setattr(minispec.decode, "every_lookup_trusted", every_other_round)
-    monkeypatch.setattr(minispec.adaptive.LookupGate, "open", lambda self: True)
-    kinds = record_hybrid_kinds(monkeypatch)
+
+def test_a_proposer_registered_once_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One entry in PROPOSERS makes a new proposer a valid SpeculativeConfig.proposer, and the
+    loop runs it; the whole-sequence law holds, at T = 0 and T = 1 in one batch."""
+    entry = Registered(lambda draft, index: RepeatLast())
+    monkeypatch.setitem(minispec.proposers.PROPOSERS, "repeat_last", entry)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
-    spec = SpeculativeConfig(3, "probabilistic", proposer="hybrid")
-    assert fit_p_value(spec, groups, seed_base=98_000_000, rows_per_group=2500) > FALSE_ALARM
-    assert set(kinds) == {"lookup", "own"}  # the rounds without the draft, and mixed ones
+    spec = SpeculativeConfig(3, "probabilistic", proposer="repeat_last")
+    assert fit_p_value(spec, groups, seed_base=97_000_000, rows_per_group=2500) > FALSE_ALARM
 
 
 def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     """K chosen each round from the batch's past: here by a rule as data-dependent as can be
     (the round's index plus a hash of the rows' running alpha), so that every width, K = 0
-    included, follows another; the hybrid's draft model then catches up after K = 0 rounds."""
+    included, follows another; the draft model then catches up after K = 0 rounds."""
     widths = (0, 1, 3)
     chosen = []
 
@@ -331,20 +319,19 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
         return chosen[-1]
 
-    monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)
+    monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)  # inside the round
+    monkeypatch.setattr(minispec.policies.adaptive, "choose_width", by_history)  # the first K
 
     # Every width timed already: otherwise the first rounds would time the widths in turn
-    # (WidthSchedule), and in a NEW_TOKENS-long run the rule would hardly choose at all.
+    # (AdaptivePolicy), and in a NEW_TOKENS-long run the rule would hardly choose at all.
     def timed(c: float) -> RoundTimes:
         times = RoundTimes(c)
         for k in widths:
             times.observe(k, 1e-3 * (1 + k))
         return times
 
-    monkeypatch.setattr(minispec.decode, "RoundTimes", timed)
+    monkeypatch.setattr(minispec.policies.adaptive, "RoundTimes", timed)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
-    spec = SpeculativeConfig(
-        "auto", "probabilistic", proposer="hybrid", adaptive=AdaptiveConfig(widths=widths)
-    )
+    spec = SpeculativeConfig("auto", "probabilistic", adaptive=AdaptiveConfig(widths=widths))
     assert fit_p_value(spec, groups, seed_base=99_000_000, rows_per_group=2500) > FALSE_ALARM
     assert len(set(int(c) for c in chosen[:-1])) == len(widths)  # every width ran

@@ -20,24 +20,23 @@ from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
-    record_hybrid_kinds,
 )
 
 import minispec.adaptive
 import minispec.compiled
 import minispec.decode as decode
+import minispec.policies.adaptive
 import minispec.rng
 import minispec.round
 import minispec.state
-from minispec.adaptive import AdaptiveConfig, LookupGate
+from minispec.adaptive import AdaptiveConfig
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
-from minispec.proposers import HostLookup, Proposal, SuffixIndex
-from minispec.state import LoopState, advance, observe
+from minispec.proposers import SuffixIndex, SuffixProposer
+from minispec.state import LoopState, Snapshot, advance, observe
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
-from sampling import PLACEHOLDER_TOKEN_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -132,9 +131,13 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
     assert new.seq_len.tolist() == [s + c for s, c in zip(seq_len.tolist(), counts)]
     assert new.generated.tolist() == [3, 5, 2, 2, 1]
     assert new.done.tolist() == [True, True, False, True, True]
-    assert snapshot[:, k + 1].tolist() == counts
+    result = Snapshot.read(snapshot, k)
+    assert [len(row.token_ids) for row in result.rows] == counts
+    assert [row.done for row in result.rows] == new.done.tolist()
+    assert result.next_width is None
     for row in range(b):
         kept = emitted[row, : counts[row]].tolist()
+        assert result.rows[row].token_ids == kept
         assert snapshot[row, : k + 1].tolist() == kept + [-1] * (k + 1 - counts[row])
         start = int(seq_len[row])
         assert new.tokens[row, start : start + counts[row]].tolist() == kept
@@ -218,7 +221,7 @@ def cache_mismatch(
     A round's calls (the draft steps, then the target's verify) see one sequence per row and
     model: its committed tokens (prompt + final output) up to seq_len, then this round's drafts
     as that model was fed them: the verify's for the target, the draft model's own for it
-    (the same drafts, but for a row that keeps a lookup's drafts in the hybrid's own round).
+
     Every call must feed the committed tokens where it reaches below seq_len, and return the
     logits of a cache-free forward over its sequence. (A draft call between rounds, catching up
     after rounds without drafts, counts with the next round.)
@@ -314,7 +317,7 @@ def widths_in_turn(monkeypatch: pytest.MonkeyPatch, schedule: list[int]) -> None
     turn = iter(schedule * 100)
     pick = lambda *args, **kwargs: torch.tensor(next(turn))  # noqa: E731
     monkeypatch.setattr(minispec.adaptive, "choose_width", pick)
-    monkeypatch.setattr(decode, "choose_width", pick)
+    monkeypatch.setattr(minispec.policies.adaptive, "choose_width", pick)
 
 
 def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,152 +334,22 @@ def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.Mo
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
 
-def test_after_the_hybrids_lookup_rounds_the_draft_catches_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The hybrid's rounds without the draft model (here forced by a fixed pattern; a lookup
-    that no row trusts otherwise, so that its other rounds are the draft model's own) emit up
-    to K + 1 tokens per row that the draft never sees: before it drafts again it is fed them.
-    Four in a row, so that the catch-up spans several rounds."""
-    turn = iter([False, True, True, True, True, False, False] * 100)
-    monkeypatch.setattr(decode, "every_lookup_trusted", lambda *args: next(turn))
-    monkeypatch.setattr(LookupGate, "open", lambda self: True)
-    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
-    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=99)
-    prompts = [[1, 2, 3, 4], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
-    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts)
-    assert 0 < out.stats.lookup_rounds < out.stats.batch_rounds
-    assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
-    monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
-    turn = iter([False, True, True, True, True, False, False] * 100)
-    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts)
-    assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
-
-
-def test_after_the_hybrids_mixed_rounds_the_draft_catches_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """In the hybrid's own round, the rows whose lookup matched keep the lookup's drafts, which
-    the draft model never saw (it saw its own at those positions): before it drafts again it is
-    fed them. Here row 0's lookup proposes the target's greedy continuation (so at T = 0 its
-    drafts are kept) and the other rows' lookups match nothing: each round is mixed until row 0
-    is done."""
-    decoder = SpeculativeDecoder(*pair(), compile=False, hybrid_threshold=3)
-    prompts = [[1, 2, 3, 1, 2, 3], [3, 4, 5, 6, 7], [8, 9, 10, 11]]
-    greedy = list(prompts[0])
-    for _ in range(14 + 4):
-        greedy.append(int(full_logits(decoder.target, torch.tensor([greedy]))[0, -1].argmax()))
-
-    def lookup(self, histories, k):
-        at = len(histories[0])
-        ids = [greedy[at : at + k]] + [[PLACEHOLDER_TOKEN_ID] * k] * (len(histories) - 1)
-        match = [99] + [0] * (len(histories) - 1)
-        return Proposal(torch.tensor(ids), torch.tensor([k] + match[1:]), None, torch.tensor(match))
-
-    monkeypatch.setattr(HostLookup, "host_propose", lookup)
-    monkeypatch.setattr(LookupGate, "open", lambda self: True)
-    kinds = record_hybrid_kinds(monkeypatch)
-    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts, temperature=0)
-    assert out.token_ids[0] == greedy[len(prompts[0]) :][:14] and kinds[0] == "own"
-    assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
-    monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
-    prompts, out, log = run_recorded(decoder, 3, proposer="hybrid", prompts=prompts, temperature=0)
-    assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
-
-
-@pytest.mark.parametrize("gate_open", [False, True])
-def test_a_shut_lookup_gate_leaves_every_row_to_the_draft_model(
-    gate_open: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Gate shut, the hybrid drafts as the draft model alone does: the same rounds, the same
-    accepted drafts (T = 0, greedy drafts). Open, on prompts that repeat, it does not (power)."""
-    monkeypatch.setattr(LookupGate, "open", lambda self: gate_open)
-    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
-    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
-    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4, 5, 6]]
-    params = [SamplingParams(temperature=0.0, max_new_tokens=12) for _ in prompts]
-    stats = {
-        proposer: decoder.generate(prompts, params, SpeculativeConfig(3, proposer=proposer)).stats
-        for proposer in ("draft_model", "hybrid")
-    }
-    same = [(s.batch_rounds, s.accepted, s.drafted) for s in stats.values()]
-    assert (same[0] == same[1]) != gate_open
-    assert (stats["hybrid"].lookup_rounds > 0) == gate_open
-
-
-@pytest.mark.parametrize("batch_size", [1, 2])
-def test_the_hybrids_round_inputs_look_alike_whether_the_lookups_ran_or_not(
-    batch_size: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A compiled round guards on its inputs' dtypes, shapes, strides and aliasing: the host's
-    proposal must look the same at a width in every round of a kind, whichever rows matched
-    and which lookup matched longer, or every such switch compiles the round again (on the
-    CPU, Dynamo then gives up after 8 and runs the round eagerly, ten times slower). At B = 1,
-    a slice [1, k] of a [1, 8] tensor kept its stride of 8 through .contiguous() (a dimension
-    of size 1 counts as contiguous)."""
-    turn = iter([True, False, True] * 100)  # the lookups skipped in one round of three
-    monkeypatch.setattr(LookupGate, "should_look", lambda self: next(turn))
-    # The kinds of round in turn, whatever matched (the real lookups run, and match or not).
-    kinds = iter(["own", "lookup", "own", "own"] * 100)
-
-    def hybrid_kind(self, run, proposal):
-        run.trusted_drafts = None
-        return next(kinds)
-
-    monkeypatch.setattr(SpeculativeDecoder, "hybrid_kind", hybrid_kind)
-    widths_in_turn(monkeypatch, [1, 2, 2, 1, 0])
-    inputs: dict[tuple[str, int], set] = {}
-    look_up = SpeculativeDecoder.look_up
-
-    def recorded(self, run):
-        k, proposal, kind = look_up(self, run)
-        if proposal is not None:
-            tensors = [t for t in proposal if t is not None]
-            aliases = len(tensors) - len({t.data_ptr() for t in tensors})
-            inputs.setdefault((kind, k), set()).add(
-                (aliases, *((t.dtype, t.shape, t.stride()) for t in tensors))
-            )
-        return k, proposal, kind
-
-    monkeypatch.setattr(SpeculativeDecoder, "look_up", recorded)
-    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
-    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=2)
-    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [7, 8, 9, 10, 11, 12, 13, 14, 15]][:batch_size]
-    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=16) for i in range(batch_size)]
-    spec = SpeculativeConfig("auto", proposer="hybrid", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
-    for _ in range(2):
-        decoder.generate(prompts, params, spec)
-    assert all(len(seen) == 1 for seen in inputs.values()), inputs
-    assert set(inputs) == {("lookup", 3), ("own", 2), ("own", 3)}
-
-
-def test_a_hybrid_warm_up_runs_each_width_and_one_lookup_round(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """warm_up: one round at each width and one lookup round, so that a timed run compiles
-    nothing, and then it stops, even on a prompt that repeats (every lookup trusted) and rows
-    that finish in the first rounds. (A warm-up that went on would fail here, not hang.)"""
-    decode_round = SpeculativeDecoder.decode_round
-    rounds = []
-
-    def bounded(self, run):
-        rounds.append(run.schedule.k)
-        assert len(rounds) <= 20, f"the warm-up did not stop: {rounds}"
-        decode_round(self, run)
-
-    monkeypatch.setattr(SpeculativeDecoder, "decode_round", bounded)
-    index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
-    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=3)
-    params = [SamplingParams(temperature=0.0, max_new_tokens=2) for _ in range(2)]
-    spec = SpeculativeConfig("auto", proposer="hybrid", adaptive=AdaptiveConfig(widths=(0, 2, 3)))
-    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4, 5, 6]]
-    stats = decoder.generate(prompts, params, spec, warm_up=True).stats
-    assert stats.lookup_rounds == 1
-    assert stats.k_histogram == {0: 1, 2: 1, 3: 2}  # the lookup round at the widest K, 3
-
-
 # ---------------------------------------------------------------------------------------------
 # Stats and host reads
+
+
+def test_a_warm_up_runs_each_width_once_and_stops() -> None:
+    """warm_up=True compiles every graph a call can use: one round at each adaptive width, in
+    order, whatever the rounds choose, and one round for a fixed K; then it stops, with the
+    rows far from done."""
+    decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=False)
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=20) for i in range(2)]
+    widths = (0, 2, 3)
+    for k, expected in (("auto", {0: 1, 2: 1, 3: 1}), (2, {2: 1})):
+        spec = SpeculativeConfig(k, adaptive=AdaptiveConfig(widths=widths))
+        out = decoder.generate([[1, 2], [3, 4, 5]], params, spec, warm_up=True)
+        assert dict(out.stats.k_histogram) == expected, k
+        assert all(len(ids) < 20 for ids in out.token_ids)
 
 
 def test_k0_is_one_token_per_target_forward_and_one_host_sync_per_round() -> None:
@@ -508,7 +381,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted() -> None:
 HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "numpy")
 
 
-@pytest.mark.parametrize("k,proposer", [(0, "draft_model"), (3, "draft_model"), ("auto", "hybrid")])
+@pytest.mark.parametrize("k,proposer", [(0, "draft_model"), (3, "draft_model"), ("auto", "suffix")])
 def test_the_loop_reads_the_device_once_per_round(
     k: int | str, proposer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -516,30 +389,27 @@ def test_the_loop_reads_the_device_once_per_round(
     state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
     them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
     tells it, so reads made there do not count. Adaptive K's next width rides in the round's
-    read; the hybrid's suffix lookup reads the host's own tokens (its first width comes from
-    host tensors, before the first round)."""
+    read; the suffix lookup reads the host's own tokens (the first width comes from host
+    tensors, before the first round)."""
     reads: list[str] = []
-    loop_files = {m.__file__ for m in (decode, minispec.round, minispec.state, minispec.rng)}
+    modules = (decode, minispec.round, minispec.state, minispec.rng, minispec.policies.adaptive)
+    loop_files = {m.__file__ for m in modules}
     for name in HOST_READS:
         method = getattr(torch.Tensor, name)
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            # look_up and hybrid_kind read the host lookup's proposal: host tensors, computed
-            # from the host's own lists of tokens.
             if caller.co_filename in loop_files and caller.co_name not in (
                 "prefill",
                 "collect",
                 "first_width",
-                "look_up",
-                "hybrid_kind",
             ):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
-    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index, hybrid_threshold=2)
+    decoder = SpeculativeDecoder(*pair(), compile=False, suffix_index=index)
     params = [
         SamplingParams(temperature=1.0, seed=i, max_new_tokens=m) for i, m in enumerate([6, 10])
     ]
@@ -618,7 +488,7 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, k)
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
-        decoder.proposer("draft_model")[0],
+        decoder.compiled_round("draft_model")[0],
         state,
         row_constraints(params, decoder.device),
         num_speculative_tokens=k,
@@ -629,21 +499,20 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
-def test_the_adaptive_hybrid_round_is_one_graph() -> None:
-    """The hybrid (n-gram in the graph, the suffix index's proposal as an input, the draft model
-    below the threshold) and adaptive K's choice, traced as one graph with no break."""
+def test_the_adaptive_round_with_a_host_proposal_is_one_graph() -> None:
+    """A host proposer's proposal as an input and adaptive K's choice, traced as one graph with
+    no break."""
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*float64_pair(), compile=False, suffix_index=index)
     params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, 2)
-    proposer, lookup, _ = decoder.proposer("hybrid")
     adaptive = AdaptiveConfig(widths=(0, 2))
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
-        proposer,
+        None,
         state,
         row_constraints(params, decoder.device),
-        lookup.host_propose([[1, 2], [3, 4, 5]], 2),
+        SuffixProposer(index).host_propose([[1, 2], [3, 4, 5]], 2),
         torch.ones(2, dtype=torch.float64),
         num_speculative_tokens=2,
         draft_sample_method="probabilistic",
@@ -751,20 +620,21 @@ def test_a_calls_rows_start_from_the_alpha_the_familys_last_call_measured(
     prior, the next call's at what the first measured; a fixed K learns nothing."""
     target = random_gpt(32, 3, scale=1.5, max_seq_len=40)
     decoder = SpeculativeDecoder(target, perturbed_copy(target, 4, mix=0.0), compile=False)
-    priors: list[float] = []
-    start = LoopState.start.__func__
+    priors: list[list[float]] = []
+    prepare = minispec.policies.adaptive.AdaptivePolicy.prepare
 
-    def recording_start(cls, *args):
-        priors.append(args[-1])
-        return start(cls, *args)
+    def recording_prepare(self, state):
+        state = prepare(self, state)
+        priors.append(state.estimate_prior.tolist())
+        return state
 
-    monkeypatch.setattr(LoopState, "start", classmethod(recording_start))
+    monkeypatch.setattr(minispec.policies.adaptive.AdaptivePolicy, "prepare", recording_prepare)
     params = [SamplingParams(temperature=0.0, max_new_tokens=12)]
     specs = (SpeculativeConfig(2), SpeculativeConfig("auto"), SpeculativeConfig("auto"))
     stats = [decoder.generate([[1, 2]], params, spec).stats for spec in specs]
     assert stats[1].alpha == 1.0 and len(decoder.families) == 1
     measured = (stats[1].alpha_sum + 0.7 * 2) / (stats[1].alpha_count + 2)  # shrunk as a row's
-    assert priors == [0.7, 0.7, pytest.approx(measured)] and measured > 0.9
+    assert priors == [[0.7], [pytest.approx(measured)]] and measured > 0.9
 
 
 def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(

@@ -1,5 +1,5 @@
 """Proposers: the n-gram matcher against a plain loop, its batch and compile behaviour, the
-row-wise hybrid, and the suffix index against a brute-force search. (Exactness of decoding with
+suffix index against a brute-force search, and the registry. (Exactness of decoding with
 these proposals is the sampler's and the loop's job; here the question is whether each proposer
 proposes what it says it does.)"""
 
@@ -13,15 +13,12 @@ import torch
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
 from minispec.proposers import (
-    HostLookup,
-    HybridProposer,
+    PROPOSERS,
+    DraftModelProposer,
+    HostProposer,
     NgramProposer,
-    Proposal,
-    hybrid,
     ngram_propose,
-    one_hot_probs,
 )
-from minispec.proposers.ngram import most_recent
 from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
 from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode
@@ -56,8 +53,8 @@ def reference(row: list[int], k: int, n_min: int, n_max: int) -> tuple[list[int]
 def test_a_prompt_that_repeats_itself_proposes_the_repeat() -> None:
     text = "    self.assertEqual(x, 1)\n    self.assertEqual(y, 2)\n    self.assert"
     tokens, seq_len = batch([encode(text)], width=128)
-    state = LoopState.start(tokens, seq_len.tolist(), [1], [0], 8, 0.7)
-    p = NgramProposer().propose(state, 8, None, None, "greedy", None)
+    state = LoopState.start(tokens, seq_len.tolist(), [1], [0], 8)
+    p = NgramProposer().propose(state, 8, None)
     assert bytes(p.draft_token_ids[0].tolist()) == b"Equal(y,"  # the most recent occurrence
     assert p.num_draft_tokens.tolist() == [8] and p.draft_probs is None
     assert p.match_length.tolist() == [16]  # "\n    self.assert" is 16 bytes: capped at n_max
@@ -104,21 +101,10 @@ def test_matches_the_plain_loop_on_random_rows(n_min: int, n_max: int) -> None:
     rows = random_rows(n_max)
     tokens, seq_len = batch(rows, width=48, fill=1)
     p = ngram_propose(tokens, seq_len, 6, n_min, n_max)
-    host = NgramProposer(n_min, n_max).host_propose(rows, 6)
     for i, row in enumerate(rows):
         drafts, n = reference(row, 6, n_min, n_max)
-        for q in (p, host):  # the round's tensor ops and the hybrid's byte search
-            assert (q.draft_token_ids[i].tolist(), q.match_length[i].item()) == (drafts, n), row
-            assert q.num_draft_tokens[i].item() == (6 if n else 0)
-
-
-def test_the_byte_search_respects_token_boundaries() -> None:
-    """Tokens are 8 bytes here: [1, 256, 0] is 01 00.. | 00 01 00.. | 00 00..; the bytes of
-    token 1 (01 00..) also occur from byte 9, straddling two tokens, and there is no token 0
-    in [1, 256] though its bytes (00 x 8) occur from byte 1."""
-    token = lambda *ids: np.asarray(ids, np.int64).tobytes()  # noqa: E731
-    assert most_recent(token(1, 256, 0), token(1), 24, 8) == 0
-    assert most_recent(token(1, 256, 9), token(0), 24, 8) == -1
+        assert (p.draft_token_ids[i].tolist(), p.match_length[i].item()) == (drafts, n), row
+        assert p.num_draft_tokens[i].item() == (6 if n else 0)
 
 
 def test_compiled_equals_eager_and_compiles_once_per_shape() -> None:
@@ -146,41 +132,6 @@ def test_bad_settings_are_one_line_errors() -> None:
     for n_min, n_max in [(0, 4), (5, 4), (2.0, 4)]:
         with pytest.raises(ValueError, match="n_min <= n_max"):
             NgramProposer(n_min, n_max)
-
-
-# ---------------------------------------------------------------------------------------------
-# The hybrid
-
-
-def proposal(
-    ids: list[list[int]], probs: torch.Tensor | None = None, match: list[int] | None = None
-) -> Proposal:
-    ids_t = torch.tensor(ids)
-    return Proposal(
-        ids_t,
-        (ids_t != PLACEHOLDER_TOKEN_ID).sum(1),
-        probs,
-        torch.tensor(match) if match is not None else None,
-    )
-
-
-def test_hybrid_picks_rows_and_keeps_each_rows_q() -> None:
-    lookup = proposal([[1, 2, 3], [-1, -1, -1], [4, 4, -1]], match=[9, 0, 5])
-    q = torch.softmax(torch.randn(3, 3, 6, generator=torch.Generator().manual_seed(0)), -1)
-    model = proposal([[0, 5, 5], [2, 2, 1], [3, 0, 1]], probs=q)
-    mixed = hybrid(lookup, model, lookup.match_length >= 5)
-    assert mixed.draft_token_ids.tolist() == [[1, 2, 3], [2, 2, 1], [4, 4, -1]]
-    assert mixed.num_draft_tokens.tolist() == [3, 3, 2] and mixed.match_length.tolist() == [9, 0, 5]
-    assert torch.equal(mixed.draft_probs[1], q[1])  # the model's row keeps its exact q
-    assert torch.equal(mixed.draft_probs[0], one_hot_probs(torch.tensor([1, 2, 3]), 6, q.dtype))
-    assert mixed.draft_probs[2, 2].sum() == 0  # a placeholder's q: never tested
-    greedy = hybrid(lookup, model._replace(draft_probs=None), torch.tensor([True, False, True]))
-    assert greedy.draft_probs is None  # both deterministic: still the one-hot fast path
-
-
-def test_hybrid_refuses_mismatched_widths() -> None:
-    with pytest.raises(ValueError, match="differ in shape"):
-        hybrid(proposal([[1, 2]]), proposal([[1, 2, 3]]), torch.tensor([True]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,45 +212,19 @@ def test_suffix_index_refuses_bad_input() -> None:
         SuffixIndex.build(np.array([1, 2, 3]), min_match=0)
 
 
-class Fixed:
-    """A proposer that returns a given Proposal: a stand-in for a lookup or a draft model."""
-
-    def __init__(self, proposal: Proposal) -> None:
-        self.proposal = proposal
-
-    def propose(self, *args) -> Proposal:
-        return self.proposal
-
-
-def test_hybrid_proposer_takes_the_lookup_past_its_threshold() -> None:
-    lookup = proposal([[1, 1], [5, 5], [6, 6], [-1, -1]], match=[9, 12, 4, 0])
-    model = proposal([[7, 7], [7, 7], [7, 7], [7, 7]])
-    p = HybridProposer(Fixed(model), threshold=5).propose(None, 2, None, None, "greedy", lookup)
-    assert p.draft_token_ids.tolist() == [[1, 1], [5, 5], [7, 7], [7, 7]]
-    assert p.match_length.tolist() == [9, 12, 0, 0]  # the model's rows: no match
-    with pytest.raises(ValueError, match="threshold"):
-        HybridProposer(Fixed(model), threshold=0)
-    with pytest.raises(ValueError, match="host lookup"):
-        HybridProposer(Fixed(model), threshold=5).propose(None, 2, None, None, "greedy", None)
-
-
-def test_host_lookup_takes_the_longer_of_ngram_and_suffix_row_by_row() -> None:
-    """Row 0 repeats itself (the n-gram lookup matches 6 tokens of its own), row 1 is a cut of
-    the corpus (the suffix index matches all 8 of its tokens), row 2 neither."""
-    corpus = encode("zyxwvuts and so on", bos=False)
-    rows = [
-        encode("abcdef abcdef", bos=False),
-        encode("zyxwvuts", bos=False),
-        encode("qq", bos=False),
-    ]
-    lookup = HostLookup(NgramProposer(), SuffixProposer(SuffixIndex.build(np.array(corpus))))
-    p = lookup.host_propose(rows, 3)
-    assert p.match_length.tolist() == [6, 8, 0]
-    assert p.draft_token_ids.tolist() == [
-        encode(" ab", bos=False),
-        encode(" an", bos=False),
-        [PLACEHOLDER_TOKEN_ID] * 3,
-    ]
-    assert p.num_draft_tokens.tolist() == [3, 3, 0]
-    narrow = p.narrowed(2)
-    assert narrow.draft_token_ids.shape == (3, 2) and narrow.num_draft_tokens.tolist() == [2, 2, 0]
+def test_the_registry_builds_each_proposer_from_what_the_decoder_holds() -> None:
+    """Each name builds its proposer from (draft model, suffix index), and says which of them it
+    needs; the suffix proposer is the one that proposes on the host."""
+    index, draft = SuffixIndex.build(np.array(encode("abcabc"))), object()
+    built = {name: entry.build(draft, index) for name, entry in PROPOSERS.items()}
+    assert (
+        isinstance(built["draft_model"], DraftModelProposer) and built["draft_model"].model is draft
+    )
+    assert isinstance(built["ngram"], NgramProposer) and isinstance(built["suffix"], SuffixProposer)
+    assert built["suffix"].index is index
+    assert [n for n, p in built.items() if isinstance(p, HostProposer)] == ["suffix"]
+    assert {n: e.needs for n, e in PROPOSERS.items()} == {
+        "draft_model": "draft",
+        "ngram": None,
+        "suffix": "suffix_index",
+    }

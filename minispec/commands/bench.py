@@ -11,7 +11,7 @@
 3. Batch: at each B in {1, 4, 16, 64} and T, K = 0, K in {2, 4, 8} and K = "auto" in rotation;
    each setting's speedup over the K = 0 run of its rotation, and auto against the best fixed K
    (paired by rotation; the best K picked from every rotation, and without the one compared).
-   3b. Proposers (draft model, n-gram, suffix, hybrid) on plain and "edit" prompts, each row
+   3b. Proposers (draft model, n-gram, suffix) on plain and "edit" prompts, each row
    interleaved with K = 0 (bench_proposers.py).
 4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
 5. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.

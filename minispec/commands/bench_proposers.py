@@ -1,6 +1,6 @@
 """The bench's proposer and adaptive-K parts: where drafts come from, and K chosen per round.
 
-1. Proposers, B = 1: draft_model, ngram, suffix and hybrid, at each temperature, on two prompt
+1. Proposers, B = 1: draft_model, ngram and suffix, at each temperature, on two prompt
    sets from the corpus's held-out files: "plain" (continue a cut of a file) and "edit" (a
    held-out function, then its first line again: continuing means repeating code the prompt
    already holds, as an edit does). Each row runs interleaved with K = 0 (A B A B), K = "auto".
@@ -123,7 +123,6 @@ def paired_row(
         "mean_acceptance_length": statistics.median(s.mean_acceptance_length for s in stats),
         "k_histogram": dict(sorted(sum((s.k_histogram for s in stats), Counter()).items())),
         "lookup_share": sum(s.time_lookup for s in stats) / sum(s.time_round for s in stats),
-        "lookup_rounds": sum(s.lookup_rounds for s in stats) / sum(s.batch_rounds for s in stats),
     }
 
 
@@ -135,9 +134,7 @@ def proposer_table(
     pairs: int,
     proposers: tuple[str, ...] = PROPOSERS,
 ) -> list[dict]:
-    """Part 1: each proposer x temperature x prompt set, B = 1, K = auto; and with both the
-    hybrid and the draft model, the hybrid against the draft model alone, interleaved (its
-    goal: never slower), the row's proposer then reading "hybrid / draft_model"."""
+    """Part 1: each proposer x temperature x prompt set, B = 1, K = auto."""
     # Room for the new tokens and the widest round's drafts in the 512-token context.
     room = decoder.target.config.max_seq_len - max_new - max(AdaptiveConfig().widths)
     sets = {"plain": plain, "edit": edit_prompts(len(plain), room)}
@@ -156,20 +153,6 @@ def proposer_table(
                     batch=False,
                 )
                 row["prompt_set"] = name
-                print(format_row(row), flush=True)
-                rows.append(row)
-            if {"hybrid", "draft_model"} <= set(proposers):
-                row = paired_row(
-                    decoder,
-                    prompts,
-                    SpeculativeConfig(proposer="hybrid"),
-                    temperature,
-                    max_new,
-                    pairs,
-                    batch=False,
-                    baseline=SpeculativeConfig(proposer="draft_model"),
-                )
-                row.update(proposer="hybrid / draft_model", prompt_set=name)
                 print(format_row(row), flush=True)
                 rows.append(row)
     return rows
@@ -285,8 +268,8 @@ def warm_up(decoder, prompts, specs, temperature) -> None:
 
 HEADER = (
     "| set | B | T | proposer | speedup [interval] (min-max) | tok/s | alpha | accept len | "
-    "K chosen | lookup share | rounds without the draft |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "K chosen | lookup share |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -297,7 +280,7 @@ def format_row(r: dict) -> str:
         f"| {r['prompt_set']} | {r.get('B', 1)} | {r['temperature']:g} | {r['proposer']} | "
         f"{format_spread(s)} | {r['tokens_per_s']:.1f} | "
         f"{r['alpha']:.3f} | {r['mean_acceptance_length']:.2f} | {ks} | "
-        f"{100 * r['lookup_share']:.1f} % | {100 * r['lookup_rounds']:.0f} % |"
+        f"{100 * r['lookup_share']:.1f} % |"
     )
 
 

@@ -72,8 +72,7 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--proposer",
         default="draft_model",
-        help="draft_model, ngram (prompt lookup), suffix (an index over the "
-        "training corpus) or hybrid (a lookup where it matched, else the draft)",
+        help="draft_model, ngram (prompt lookup) or suffix (an index over the training corpus)",
     )
     p.add_argument(
         "--draft-sample-method",
@@ -190,10 +189,10 @@ def run_decode(argv: list[str]) -> int:
     compile = "aot" if args.compile and args.compile_mode == "aot" else args.compile
     decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile)
     tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
-    if args.proposer in ("suffix", "hybrid") and decoder.suffix_index is None:
+    if args.proposer == "suffix" and decoder.suffix_index is None:
         from minispec.commands.build_index import cached_index
 
-        decoder.suffix_index = cached_index()  # built on first use (about 20 s), then cached
+        decoder.suffix_index = cached_index()  # built on first use, then cached
     kwargs = dict(
         num_speculative_tokens=args.num_speculative_tokens,
         proposer=args.proposer,

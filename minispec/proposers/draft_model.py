@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from minispec.proposers.proposal import Proposal
+from minispec.proposers.proposal import DraftSampling, Proposal
 from minispec.state import LoopState
 from model.gpt import GPT
 from sampling import sample
@@ -15,20 +15,14 @@ from sampling.constraints import RowConstraints
 class DraftModelProposer:
     """The first step feeds the row's last 2 tokens: after a round that accepted all K drafts,
     x_K never went through the draft, and one [B, 2] shape serves both cases (rewriting a cache
-    entry with the same value is harmless). Tokens it never saw beyond that (rounds without
-    it, a lookup's kept drafts) are fed by the loop's catch-up before it drafts again."""
+    entry with the same value is harmless). Tokens it never saw beyond that (rounds at K = 0)
+    are fed by the loop's catch-up before it drafts again."""
 
     def __init__(self, model: GPT) -> None:
         self.model = model
 
     def propose(
-        self,
-        state: LoopState,
-        num_speculative_tokens: int,
-        constraints: RowConstraints,
-        noise: torch.Tensor,
-        draft_sample_method: str,
-        host_proposal: Proposal | None,
+        self, state: LoopState, num_speculative_tokens: int, sampling: DraftSampling
     ) -> Proposal:
         """x_i ~ q_i for i = 1..K, every row K drafts."""
         seq_len = state.seq_len
@@ -39,10 +33,10 @@ class DraftModelProposer:
         logits = self.model(state.tokens.gather(1, positions), positions)[:, -1]
         ids, probs = [], []
         for j in range(num_speculative_tokens):
-            if draft_sample_method == "greedy":
+            if sampling.method == "greedy":
                 x = logits.argmax(-1)  # a one-hot q: draft_probs stays None
             else:
-                x, q = draw(logits, constraints, noise[:, j])
+                x, q = draw(logits, sampling.constraints, sampling.noise[:, j])
                 probs.append(q)
             ids.append(x)
             if j + 1 < num_speculative_tokens:

@@ -5,24 +5,17 @@ to n_min, in everything it holds (prompt and output), and proposes the tokens th
 A byte-level model copies long runs (one identifier is many tokens), so this is where drafts
 cost nothing and are often right. No Python loop over rows, no data-dependent shapes: it
 compiles with fullgraph=True into one graph per (B, S, K) and can live inside a compiled round.
-
-The hybrid needs the match lengths on the host before its round, so there the same rule runs on
-the tokens the host already holds, as a byte search (`ngram_match`): run eagerly, the tensor
-version's twenty-odd ops cost about 0.3 ms at B = 1, a few per cent of a round, where bytes.rfind
-takes microseconds. Both are tested against one plain loop (tests/test_proposers.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from minispec.proposers.proposal import Proposal
+from minispec.proposers.proposal import DraftSampling, Proposal
 from minispec.state import LoopState
 from sampling import PLACEHOLDER_TOKEN_ID
-from sampling.constraints import RowConstraints
 
 NOT_A_TOKEN = -2  # left padding for the windows: equal to no token id and no placeholder
 
@@ -63,34 +56,6 @@ def ngram_propose(
     )
 
 
-def most_recent(data: bytes, pattern: bytes, end: int, width: int) -> int:
-    """The token index where `pattern` last occurs within data[:end], tokens being `width`
-    bytes each (a byte match across two tokens is not a token match); -1 if nowhere."""
-    while (at := data.rfind(pattern, 0, end)) >= 0:
-        if at % width == 0:
-            return at // width
-        end = at + len(pattern) - 1
-    return -1
-
-
-def ngram_match(history: list[int], k: int, n_min: int, n_max: int) -> tuple[list[int], int]:
-    """ngram_propose's rule for one row on the host: the k drafts (placeholders if no match)
-    and the match length (0 if none)."""
-    last = len(history) - 1
-    data = np.asarray(history, np.int64).tobytes()
-    width = 8
-    # A longer match contains a shorter one: without the shortest, none (one search, not 14).
-    shortest = data[width * (last + 1 - n_min) :]
-    if n_min <= last and most_recent(data, shortest, width * last, width) >= 0:
-        for n in range(min(n_max, last), n_min - 1, -1):  # the longest match wins
-            start = most_recent(data, data[width * (last + 1 - n) :], width * last, width)
-            if start >= 0:
-                end = start + n - 1
-                period = last - end
-                return [history[end + 1 + j % period] for j in range(k)], n
-    return [PLACEHOLDER_TOKEN_ID] * k, 0
-
-
 @dataclass(frozen=True, slots=True)
 class NgramProposer:
     """Deterministic (draft_probs None). Defaults suit bytes: 3 bytes is about the shortest
@@ -110,22 +75,8 @@ class NgramProposer:
             )
 
     def propose(
-        self,
-        state: LoopState,
-        num_speculative_tokens: int,
-        constraints: RowConstraints,
-        noise: torch.Tensor,
-        draft_sample_method: str,
-        host_proposal: Proposal | None,
+        self, state: LoopState, num_speculative_tokens: int, sampling: DraftSampling
     ) -> Proposal:
         return ngram_propose(
             state.tokens, state.seq_len, num_speculative_tokens, self.n_min, self.n_max
         )
-
-    def host_propose(self, histories: list[list[int]], k: int) -> Proposal:
-        """The same lookup on the host (ngram_match): histories holds each row's tokens so far
-        (prompt and output), as the loop keeps them. Host tensors."""
-        ids, lengths = zip(*(ngram_match(h, k, self.n_min, self.n_max) for h in histories))
-        match_length = torch.tensor(lengths)
-        num_draft_tokens = torch.where(match_length > 0, k, 0)
-        return Proposal(torch.tensor(ids), num_draft_tokens, None, match_length)

@@ -9,9 +9,10 @@ followed forwards in the corpus, and the continuation is chosen greedily, token 
 most frequent next byte among the occurrences that agree so far (SuffixDecoding's greedy path);
 at most SAMPLE evenly spaced occurrences are read, which is an unbiased picture of a large range.
 
-It runs on the host (numpy): the index is ~250 MB of arrays, which a device need not hold. The
-caller passes each row's recent tokens, which the loop already has on the host from the round's
-one read, so the lookup adds no device-to-host sync.
+It runs on the host (numpy): the index holds 21 bytes per corpus byte (the corpus, its int32
+order and two uint64 keys), which a device need not hold. The caller passes each row's recent
+tokens, which the loop already has on the host from the round's one read, so the lookup adds
+no device-to-host sync.
 
 Tokens are bytes plus BOS and EOS (256 and 257); in the index they become 255 and 254, bytes that
 never occur in UTF-8 text (building refuses a corpus that has them). A request byte 254 or 255
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minispec.proposers.proposal import HostLookupProposer, Proposal
+from minispec.proposers.proposal import Proposal
 from model.checkpoint import atomic_write
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 from sampling import PLACEHOLDER_TOKEN_ID
@@ -155,8 +156,8 @@ class SuffixIndex:
         return Proposal(as_tensor(ids), num, None, as_tensor(matched))
 
 
-class SuffixProposer(HostLookupProposer):
-    """The suffix index as a proposer, looked up on the host (HostLookupProposer)."""
+class SuffixProposer:
+    """The suffix index as a proposer, looked up on the host (a HostProposer)."""
 
     def __init__(self, index: SuffixIndex) -> None:
         self.index = index

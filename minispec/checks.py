@@ -1,0 +1,61 @@
+"""What a decoder accepts, checked once: its models and settings when it is built, and each
+request before anything is computed. Every bad input raises one ValueError (TypeError for a
+wrong type) that names it; the API and the command line rely on these checks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.proposers import PROPOSERS
+from model.gpt import GPT
+
+if TYPE_CHECKING:
+    from minispec.decode import SpeculativeDecoder
+
+
+def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id) -> None:
+    """SpeculativeDecoder's arguments."""
+    if compile not in (True, False, "aot"):
+        raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
+    if eos_token_id is not None and (
+        isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
+    ):
+        raise ValueError(f"eos_token_id must be an int >= 0 or None, got {eos_token_id!r}")
+    if draft is not None and draft.config.vocab_size != target.config.vocab_size:
+        raise ValueError(
+            f"draft vocabulary ({draft.config.vocab_size}) differs from the "
+            f"target's ({target.config.vocab_size})"
+        )
+
+
+def check_request(
+    decoder: SpeculativeDecoder,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    spec: SpeculativeConfig,
+) -> None:
+    """One generate() call's prompts (token ids), SamplingParams and SpeculativeConfig, against
+    what the decoder holds: its proposer's needs, the vocabulary and the context."""
+    spec.validate()
+    k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
+    if k > 0 and needs is not None and getattr(decoder, needs) is None:
+        raise ValueError(f"proposer {spec.proposer!r} needs SpeculativeDecoder(..., {needs}=...)")
+    if not prompts or len(params) != len(prompts):
+        raise ValueError(
+            f"params must hold one SamplingParams per prompt: got {len(params)} for "
+            f"{len(prompts)} prompts"
+        )
+    vocab, context = decoder.target.config.vocab_size, decoder.max_seq_len
+    for i, (prompt, p) in enumerate(zip(prompts, params)):
+        p.validate()
+        if len(prompt) < 2:  # BOS plus at least one token
+            raise ValueError(f"prompt {i} is empty")
+        if any(not 0 <= t < vocab for t in prompt):
+            raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
+        if len(prompt) + p.max_new_tokens + k > context:
+            raise ValueError(
+                f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
+                f"{p.max_new_tokens} + num_speculative_tokens {k} exceed the "
+                f"context of {context} tokens"
+            )
