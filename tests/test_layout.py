@@ -7,7 +7,8 @@ files outside the repository, and a README map whose every name exists.
   library, never under it), and sampling/ imports neither model nor minispec (logits in, tokens
   out: it knows nothing of models or of the loop).
 - No file of the repository points at a guide or a shared folder that only exists beside it.
-- "From the paper to the code" in README.md names only files, modules and functions that exist.
+- README.md's reading path and its "From the paper to the code" map name only files, modules and
+  functions that exist.
 
 Static reads of the source (ast and tokenize): nothing is imported but the modules the README
 names.
@@ -21,6 +22,8 @@ import io
 import re
 import tokenize
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_CODE_LINES = 40
@@ -174,13 +177,17 @@ def test_no_file_points_outside_the_repository() -> None:
     assert not offenders, "\n".join(offenders)
 
 
-def paper_to_code_units() -> list[str]:
-    """README's "From the paper to the code", up to the end of "The decode loop", cut into
-    units: a table row each, and a paragraph each for the prose."""
+# The README sections whose backquoted names must exist: a reader follows them file by file.
+CHECKED_SECTIONS = ("## A first hour: the reading path", "## From the paper to the code")
+
+
+def readme_units(heading: str) -> list[str]:
+    """One README section, from `heading` to the next heading of its level, cut into units: a
+    table row each, and a paragraph each for the prose."""
     lines = (ROOT / "README.md").read_text().splitlines()
-    start = lines.index("## From the paper to the code")
-    loop = lines.index("### The decode loop")
-    end = next(i for i in range(loop + 1, len(lines)) if lines[i].startswith("#"))
+    start = lines.index(heading)
+    level = heading.split()[0] + " "
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
     units, paragraph = [], []
     for line in lines[start:end] + [""]:
         if line.startswith("|"):
@@ -231,13 +238,14 @@ def resolves(dotted: str) -> bool:
     return False
 
 
-def test_the_readme_map_names_only_what_exists() -> None:
-    """Each backquoted name in "From the paper to the code" exists: a path (`a/b.py`) as a
+@pytest.mark.parametrize("heading", CHECKED_SECTIONS)
+def test_the_readme_map_names_only_what_exists(heading: str) -> None:
+    """Each backquoted name in the section exists: a path (`a/b.py`) as a
     file, a dotted module path (`sampling.sample`, `torch.Tensor.scatter_`) as an import, and
     a bare name (`verify`, `SpeculativeDecoder.generate`) as a definition in a file named in
     the same table row or paragraph (or, if it names none, in the last one before it)."""
     missing, files = [], []
-    for unit in paper_to_code_units():
+    for unit in readme_units(heading):
         quoted = re.findall(r"`([^`]+)`", unit)
         paths = [q for q in quoted if q.endswith(".py")]
         missing += [p for p in paths if not (ROOT / p).is_file()]
