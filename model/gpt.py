@@ -45,8 +45,9 @@ class KVCache(nn.Module):
         """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache.
 
         An indexed assignment (index_put_), not scatter_: Inductor turns it into a kernel that
-        writes only the T new slots, where a scatter_ into the buffer made it copy the whole
-        cache, twice, in every layer and step."""
+        writes only the T new slots, where a scatter_ into the buffer makes it copy the whole
+        cache, twice, in every layer and step (tests/test_kv_cache_code.py reads the generated
+        code)."""
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         # Advanced indices on dims 0 and 2 around a slice index a [B, T, H, D] view.
         self.k[rows, :, positions] = k.transpose(1, 2)
