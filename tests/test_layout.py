@@ -8,7 +8,7 @@ files outside the repository, and a README map whose every name exists.
   out: it knows nothing of models or of the loop).
 - No file of the repository points at a guide or a shared folder that only exists beside it.
 - README.md's reading path and its "From the paper to the code" map name only files, modules and
-  functions that exist.
+  functions that exist; the README is a guide of at most 300 lines with its parts in order.
 
 Static reads of the source (ast and tokenize): nothing is imported but the modules the README
 names.
@@ -262,3 +262,23 @@ def test_the_readme_map_names_only_what_exists(heading: str) -> None:
                 where = ", ".join(str(f.relative_to(ROOT)) for f in files)
                 missing.append(f"{name} (looked in {where or 'no file'})")
     assert not missing, "README names what does not exist:\n" + "\n".join(missing)
+
+
+README_MAX_LINES = 300
+# The guide's parts, in reading order: what a newcomer needs in the first hour. The design of
+# each part lives in docs/, so the README stays short enough to read at once.
+README_SECTIONS = (
+    "## Two commands",
+    "## A first hour: the reading path",
+    "## From the paper to the code",
+    "## How to fork",
+    "## Results",
+    "## Limitations",
+)
+
+
+def test_the_readme_is_a_short_guide() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+    found = [line for line in lines if line in README_SECTIONS]
+    assert found == list(README_SECTIONS), f"README sections out of place: {found}"
