@@ -140,7 +140,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig, init_weights: bool = True) -> None:
         """init_weights=False skips the random init, for a caller that loads every parameter (a
         checkpoint) or only needs their shapes (the meta device, where torch runs normal_ through
-        its Python reference kernels, which import Dynamo: a second of a warm start)."""
+        its Python reference kernels, which import Dynamo: a cost a warm start should not pay)."""
         super().__init__()
         self.config = config
         # Allocated, not initialised: reset_parameters (or a checkpoint) sets it. Embedding's own
