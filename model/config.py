@@ -3,7 +3,7 @@
 The presets are sized so that speculative decoding pays on a small CPU: the target's
 single-token step must cost >= 10x the draft's (c <= 0.1, Leviathan Definition 3.7), and a
 (K+1)-token verify step must cost little more than a single-token step (the weights are read
-once either way). Measured numbers for the shipped pair live in checkpoints/README.md.
+once either way). The shipped pair's sizes and measured steps are in checkpoints/README.md.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class GPTConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     # Grouped-query attention (Ainslie et al. 2023): n_head query heads share n_kv_head key/value
-    # heads, which shrinks the KV cache. None means n_head (plain multi-head attention), so the
-    # JSON configs of checkpoints written before this field existed load unchanged.
+    # heads, which shrinks the KV cache. None means n_head (plain multi-head attention), which is
+    # also what a checkpoint's JSON config without this field gives.
     n_kv_head: int | None = None
     # The shipped pair ties the output head to the embedding; many imported models do not.
     tie_embeddings: bool = True

@@ -45,8 +45,9 @@ class KVCache(nn.Module):
         """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache.
 
         An indexed assignment (index_put_), not scatter_: Inductor turns it into a kernel that
-        writes only the T new slots, where a scatter_ into the buffer made it copy the whole
-        cache, twice, in every layer and step."""
+        writes only the T new slots, where a scatter_ into the buffer makes it copy the whole
+        cache, twice, in every layer and step (tests/test_kv_cache_code.py reads the generated
+        code)."""
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         # Advanced indices on dims 0 and 2 around a slice index a [B, T, H, D] view.
         self.k[rows, :, positions] = k.transpose(1, 2)
@@ -139,7 +140,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig, init_weights: bool = True) -> None:
         """init_weights=False skips the random init, for a caller that loads every parameter (a
         checkpoint) or only needs their shapes (the meta device, where torch runs normal_ through
-        its Python reference kernels, which import Dynamo: a second of a warm start)."""
+        its Python reference kernels, which import Dynamo: a cost a warm start should not pay)."""
         super().__init__()
         self.config = config
         # Allocated, not initialised: reset_parameters (or a checkpoint) sets it. Embedding's own

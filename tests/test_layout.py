@@ -5,7 +5,8 @@ repository, and a README map whose every name exists.
   library, never under it), and sampling/ imports neither model nor minispec (logits in, tokens
   out: it knows nothing of models or of the loop).
 - No file of the repository points at a guide or a shared folder that only exists beside it.
-- "From the paper to the code" in README.md names only files, modules and functions that exist.
+- README.md's reading path and its "From the paper to the code" map name only files, modules and
+  functions that exist; the README is a guide of at most 300 lines with its parts in order.
 
 Static reads of the source (ast): nothing is imported but the modules the README
 names.
@@ -17,6 +18,8 @@ import ast
 import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # Written in pieces, so that this file does not mention what it looks for.
@@ -103,13 +106,17 @@ def test_no_file_points_outside_the_repository() -> None:
     assert not offenders, "\n".join(offenders)
 
 
-def paper_to_code_units() -> list[str]:
-    """README's "From the paper to the code", up to the end of "The decode loop", cut into
-    units: a table row each, and a paragraph each for the prose."""
+# The README sections whose backquoted names must exist: a reader follows them file by file.
+CHECKED_SECTIONS = ("## A first hour: the reading path", "## From the paper to the code")
+
+
+def readme_units(heading: str) -> list[str]:
+    """One README section, from `heading` to the next heading of its level, cut into units: a
+    table row each, and a paragraph each for the prose."""
     lines = (ROOT / "README.md").read_text().splitlines()
-    start = lines.index("## From the paper to the code")
-    loop = lines.index("### The decode loop")
-    end = next(i for i in range(loop + 1, len(lines)) if lines[i].startswith("#"))
+    start = lines.index(heading)
+    level = heading.split()[0] + " "
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
     units, paragraph = [], []
     for line in lines[start:end] + [""]:
         if line.startswith("|"):
@@ -160,13 +167,14 @@ def resolves(dotted: str) -> bool:
     return False
 
 
-def test_the_readme_map_names_only_what_exists() -> None:
-    """Each backquoted name in "From the paper to the code" exists: a path (`a/b.py`) as a
+@pytest.mark.parametrize("heading", CHECKED_SECTIONS)
+def test_the_readme_map_names_only_what_exists(heading: str) -> None:
+    """Each backquoted name in the section exists: a path (`a/b.py`) as a
     file, a dotted module path (`sampling.sample`, `torch.Tensor.scatter_`) as an import, and
     a bare name (`verify`, `SpeculativeDecoder.generate`) as a definition in a file named in
     the same table row or paragraph (or, if it names none, in the last one before it)."""
     missing, files = [], []
-    for unit in paper_to_code_units():
+    for unit in readme_units(heading):
         quoted = re.findall(r"`([^`]+)`", unit)
         paths = [q for q in quoted if q.endswith(".py")]
         missing += [p for p in paths if not (ROOT / p).is_file()]
@@ -183,3 +191,23 @@ def test_the_readme_map_names_only_what_exists() -> None:
                 where = ", ".join(str(f.relative_to(ROOT)) for f in files)
                 missing.append(f"{name} (looked in {where or 'no file'})")
     assert not missing, "README names what does not exist:\n" + "\n".join(missing)
+
+
+README_MAX_LINES = 300
+# The guide's parts, in reading order: what a newcomer needs in the first hour. The design of
+# each part lives in docs/, so the README stays short enough to read at once.
+README_SECTIONS = (
+    "## Two commands",
+    "## A first hour: the reading path",
+    "## From the paper to the code",
+    "## How to fork",
+    "## Results",
+    "## Limitations",
+)
+
+
+def test_the_readme_is_a_short_guide() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+    found = [line for line in lines if line in README_SECTIONS]
+    assert found == list(README_SECTIONS), f"README sections out of place: {found}"

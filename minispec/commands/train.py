@@ -60,7 +60,7 @@ class Schedule:
     distill_weight: float = (
         0.0  # weight of KL(target || draft); the rest is next-byte cross-entropy
     )
-    # Share of rows that teach copying (get_batch); 0 for the shipped pair, which saw none.
+    # Share of rows that teach copying (get_batch); 0 for the shipped pair.
     copy_fraction: float = 0.0
     save_every: int = 200
     eval_every: int = 100  # held-out bits/byte on EVAL_WINDOWS windows, for the loss curve
@@ -71,8 +71,8 @@ EVAL_WINDOWS = 64  # 32k held-out bytes: a curve point in seconds; the final fig
 
 
 SCHEDULES: dict[str, dict[str, Schedule]] = {
-    # The shipped pair. Sized for about 100 minutes on one core of the shared 2-core machine;
-    # the choice of batch and rate is recorded in checkpoints/README.md.
+    # The shipped pair: sized to train in under two hours on one CPU core; checkpoints/README.md
+    # gives the reasons for its batch and rate.
     "cpu": {
         "target": Schedule(
             steps=600,
@@ -134,9 +134,8 @@ def get_batch(
 
     Each row is, with probability copy_fraction, a copy row: the first 48-239 bytes of its
     window, a blank line, the same bytes again, then the rest of the window. Only copying
-    predicts the second span. The lookup proposers draft such copies, and a target trained on
-    plain windows alone did not learn to make them (README, Proposers: it answered a function
-    to rewrite with a generic docstring)."""
+    predicts the second span. The lookup proposers draft such copies, which a target trained on
+    plain windows alone does not make (docs/training.md, "Copy rows and fine-tunes")."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=g)
     windows = torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).long()
@@ -274,7 +273,8 @@ class ProgressLog:
         if not self.enabled:
             return
         s = self.schedule
-        # The rate over the steps since the previous record: compile time does not distort it.
+        # The rate over the steps since the last printed record, so compile time does not distort
+        # it.
         now = time.perf_counter()
         tok_s = (step - self.last_step) * s.batch_size * s.seq_len / (now - self.last_time)
         self.last_step, self.last_time = step, now
@@ -358,8 +358,9 @@ def train_one(
     # Data parallel: each rank computes the gradient of its shard's mean loss, and DDP averages
     # them, which is the gradient of the global batch's mean loss (the shards are equal in size).
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else model
-    # Training runs compiled, and under bf16 autocast where the hardware has bf16 units (fast_bf16):
-    # together ~2.3x the tokens/s of eager fp32 on such a CPU. Weights and AdamW state stay fp32.
+    # Training runs compiled, and under bf16 autocast only where the hardware has bf16 units
+    # (fast_bf16): without them a bf16 matmul is slower than fp32. Weights and AdamW state stay
+    # fp32.
     forward = torch.compile(wrapped) if compile else wrapped
     teacher_forward = torch.compile(teacher) if compile and teacher is not None else teacher
     meta = {
