@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import struct
 import warnings
 from pathlib import Path
@@ -24,17 +22,13 @@ from safetensors.torch import save as save_bytes
 from model import tokenizer
 from model.config import GPTConfig
 from model.gpt import GPT
+from model.hf import load_hf_folder
+from model.storage import TIED_KEY, CheckpointError, atomic_write, cast_finite
 
 FORMAT = "minispec-gpt-v1"
-TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 # Keys of the trainer's optimizer state, which a resumable checkpoint carries beside the
 # weights (save_checkpoint's `extra`); loading a model skips them.
 OPTIMIZER_PREFIX = "optim."
-TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used; the message names the file and the problem."""
 
 
 def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -43,50 +37,6 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(name.encode())
         h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    except OverflowError:
-        return False  # no process has such an id
-    return True
-
-
-def remove_stale_temporaries(folder: Path) -> list[Path]:
-    """Delete the temporaries of atomic writes whose process has died (killed mid-save: a kill
-    skips the clean-up below), and return their paths. A live process's temporary is a write in
-    progress and stays. The pid in the name is what tells them apart, so this is POSIX only (on
-    Windows, os.kill ends the process it is given)."""
-    if os.name != "posix" or not folder.is_dir():
-        return []
-    stale = [
-        p
-        for p in folder.glob(".*.tmp-*")
-        if (m := TEMPORARY.fullmatch(p.name)) and p.is_file() and not process_alive(int(m[1]))
-    ]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes so that `path` is either the old file or the complete new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def save_checkpoint(
@@ -186,20 +136,6 @@ def check_tokenizer(path: Path, meta: dict[str, str], config: GPTConfig) -> None
         )
 
 
-def cast_finite(
-    path: str | Path, weights: dict[str, torch.Tensor], dtype: torch.dtype
-) -> dict[str, torch.Tensor]:
-    """`weights` cast to `dtype`. NaN or inf weights, in the file or made by the cast, decode
-    to garbage (only NUL bytes) with exit code 0: they are an error that names the tensor."""
-    cast = {k: v.to(dtype) for k, v in weights.items()}
-    for k, v in cast.items():
-        if not torch.isfinite(v).all():
-            overflow = bool(torch.isfinite(weights[k]).all())
-            found = f"values beyond {dtype}'s range" if overflow else "NaN or inf"
-            raise CheckpointError(f"{path}: tensor {k} has {found}")
-    return cast
-
-
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> tuple[GPT, dict[str, str]]:
@@ -208,8 +144,6 @@ def load_checkpoint(
     `path` is a minispec .safetensors file, or a Hugging Face Llama folder (with config.json).
     """
     if Path(path).is_dir():
-        from model.hf import load_hf_folder  # deferred: model.hf imports this module
-
         return load_hf_folder(path, device, dtype)
     tensors, meta = read_checkpoint(path)
     try:

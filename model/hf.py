@@ -22,9 +22,9 @@ from safetensors.torch import load_file
 from safetensors.torch import save as save_bytes
 
 from model import hf_tokenizer, tokenizer
-from model.checkpoint import TIED_KEY, CheckpointError, atomic_write, cast_finite
 from model.config import GPTConfig
 from model.gpt import GPT
+from model.storage import TIED_KEY, CheckpointError, atomic_write, cast_finite
 
 FORMAT = "hf-llama"  # the "format" a loaded folder's metadata reports
 ARCHITECTURE = "LlamaForCausalLM"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save as save_bytes
 
-from model import checkpoint
+from model import checkpoint, storage
 from model.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -394,4 +394,4 @@ def test_stale_temporaries_are_removed_by_the_next_save(saved: Path) -> None:
         path.write_bytes(b"partial")
     save_checkpoint(saved.parent / "next.safetensors", make_model())
     assert not stale.exists() and live.exists() and unrelated.exists()
-    assert checkpoint.remove_stale_temporaries(saved.parent) == []
+    assert storage.remove_stale_temporaries(saved.parent) == []

@@ -43,11 +43,11 @@ from model.checkpoint import (
     OPTIMIZER_PREFIX,
     load_checkpoint,
     read_checkpoint,
-    remove_stale_temporaries,
     save_checkpoint,
 )
 from model.config import PRESETS, GPTConfig
 from model.gpt import GPT
+from model.storage import remove_stale_temporaries
 
 
 @dataclass(frozen=True, slots=True)
