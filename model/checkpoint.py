@@ -21,9 +21,15 @@ from safetensors.torch import save as save_bytes
 
 from model import tokenizer
 from model.config import GPTConfig
+from model.errors import CheckpointError, listed
 from model.gpt import GPT
 from model.hf import load_hf_folder
-from model.storage import TIED_KEY, CheckpointError, atomic_write, cast_finite
+from model.storage import (
+    TIED_KEY,
+    atomic_write,
+    cast_finite,
+    config_shapes,
+)
 
 FORMAT = "minispec-gpt-v1"
 # Keys of the trainer's optimizer state, which a resumable checkpoint carries beside the
@@ -151,22 +157,17 @@ def load_checkpoint(
     except ValueError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     check_tokenizer(Path(path), meta, config)
-    # The shapes the config implies, from a model on the meta device (no memory): a config that
-    # disagrees with the file is reported before it can ask for terabytes.
     tied = config.tie_embeddings
-    with torch.device("meta"):
-        expected = {
-            k: v.shape
-            for k, v in GPT(config, init_weights=False).state_dict().items()
-            if not (tied and k == TIED_KEY)
-        }
+    expected = {k: v for k, v in config_shapes(config).items() if not (tied and k == TIED_KEY)}
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     missing, unexpected = (
         sorted(expected.keys() - weights.keys()),
         sorted(weights.keys() - expected.keys()),
     )
     if missing or unexpected:
-        raise CheckpointError(f"{path}: missing keys {missing}, unexpected keys {unexpected}")
+        raise CheckpointError(
+            f"{path}: missing keys {listed(missing)}, unexpected keys {listed(unexpected)}"
+        )
     for k, shape in expected.items():
         if weights[k].shape != shape:
             raise CheckpointError(
@@ -180,6 +181,33 @@ def load_checkpoint(
     return model.to(device=device, dtype=dtype).eval(), meta
 
 
+def tokenizer_name(meta: dict[str, str]) -> str:
+    """A checkpoint's tokenizer in a few words: its kind, and a folder tokenizer's digest."""
+    try:
+        recorded = json.loads(meta["tokenizer"])
+        return " ".join(str(recorded[k])[:12] for k in ("kind", "sha256") if k in recorded)
+    except (KeyError, TypeError, ValueError):
+        return "unknown"
+
+
+def check_same_vocabulary(target: tuple, draft: tuple) -> None:
+    """A draft pairs with a target only when both have the same token ids for the same text.
+    Each argument: (path, model, metadata)."""
+    (target_path, target_model, target_meta), (draft_path, draft_model, draft_meta) = target, draft
+    sizes = (draft_model.config.vocab_size, target_model.config.vocab_size)
+    if sizes[0] != sizes[1]:
+        raise CheckpointError(
+            f"draft {draft_path} and target {target_path} have different vocabularies "
+            f"({sizes[0]} vs {sizes[1]} tokens)"
+        )
+    if target_meta["tokenizer"] != draft_meta["tokenizer"]:
+        raise CheckpointError(
+            f"draft {draft_path} and target {target_path} have different tokenizers "
+            f"({tokenizer_name(draft_meta)} vs {tokenizer_name(target_meta)}), though both "
+            f"have {sizes[0]} tokens"
+        )
+
+
 def load_pair(
     target_path: str | Path,
     draft_path: str | Path,
@@ -189,14 +217,7 @@ def load_pair(
     """The target and draft models; they must share a tokenizer and vocabulary to be paired."""
     target, target_meta = load_checkpoint(target_path, device, dtype)
     draft, draft_meta = load_checkpoint(draft_path, device, dtype)
-    if (
-        target.config.vocab_size != draft.config.vocab_size
-        or target_meta["tokenizer"] != draft_meta["tokenizer"]
-    ):
-        raise CheckpointError(
-            f"draft {draft_path} and target {target_path} have different vocabularies "
-            f"({draft.config.vocab_size} vs {target.config.vocab_size} tokens)"
-        )
+    check_same_vocabulary((target_path, target, target_meta), (draft_path, draft, draft_meta))
     # Swapped files still decode exactly, only slower than no speculation at all (c > 1).
     roles = (target_meta.get("role"), draft_meta.get("role"))
     if draft.num_params() > target.num_params() or roles == ("draft", "target"):

@@ -1,5 +1,5 @@
-"""What checkpoint files (model/checkpoint.py) and model folders (model/hf.py) share: the error
-they raise, atomic writes, and the check of loaded weights.
+"""What checkpoint files (model/checkpoint.py) and model folders (model/hf.py, model/folders.py)
+share: atomic writes, and the checks of loaded weights against their config.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import torch
 
+from model.config import GPTConfig
+from model.errors import CheckpointError
+from model.gpt import GPT
+
 TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used; the message names the file and the problem."""
 
 
 def process_alive(pid: int) -> bool:
@@ -74,3 +74,10 @@ def cast_finite(
             found = f"values beyond {dtype}'s range" if overflow else "NaN or inf"
             raise CheckpointError(f"{path}: tensor {k} has {found}")
     return cast
+
+
+def config_shapes(config: GPTConfig) -> dict[str, torch.Size]:
+    """The shape of each tensor a model of `config` holds, from a model on the meta device (no
+    memory): a file that disagrees with its config is reported before it can ask for terabytes."""
+    with torch.device("meta"):
+        return {k: v.shape for k, v in GPT(config, init_weights=False).state_dict().items()}
