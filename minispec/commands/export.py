@@ -24,9 +24,7 @@ def main(argv: list[str]) -> int:
     p = OneLineParser(
         prog="minispec export", description="Export the pair as Hugging Face folders."
     )
-    p.add_argument(
-        "out_dir", type=writable_folder, help="writes OUT_DIR/target and OUT_DIR/draft"
-    )
+    p.add_argument("out_dir", type=writable_folder, help="writes OUT_DIR/target and OUT_DIR/draft")
     p.add_argument("--target", default=None, help="target checkpoint (default: the shipped one)")
     p.add_argument("--draft", default=None, help="draft checkpoint (default: the shipped one)")
     p.add_argument(
