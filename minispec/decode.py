@@ -17,6 +17,7 @@ mixed round, when some rows do (SpeculativeDecoder.hybrid_kind).
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, replace
 from functools import partial
@@ -179,6 +180,10 @@ class SpeculativeDecoder:
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only, as they do for an id past the vocabulary:
         the byte tokenizer's default with a tiny test vocabulary)."""
+        for name, model in (("target", target), ("draft", draft)):
+            if not (isinstance(model, GPT) or (name == "draft" and model is None)):
+                kind = "a GPT" + (" or None" if name == "draft" else "")
+                raise TypeError(f"{name} must be {kind}, got {type(model).__name__}")
         if compile not in (True, False, "aot"):
             raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
         if eos_token_id is not None and (
@@ -262,6 +267,8 @@ class SpeculativeDecoder:
             p.validate()
             if len(prompt) < 2:  # BOS plus at least one token
                 raise ValueError(f"prompt {i} is empty")
+            if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt):
+                raise ValueError(f"prompt {i} has token ids that are not ints")
             if any(not 0 <= t < vocab for t in prompt):
                 raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
             if len(prompt) >= self.max_seq_len:

@@ -113,26 +113,10 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
     return comma_list(check)
 
 
-def device_problem(name: str) -> str | None:
-    """Why device `name` cannot be used here (torch would raise with a traceback), or None."""
-    import torch  # deferred: --help and other flags' errors stay instant
-
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        return f"unknown device {name!r}"
-    if device.type == "cpu":
-        return None
-    backend = getattr(torch, device.type, None)
-    if backend is None or not backend.is_available():
-        return f"no {device.type} device is available to this torch build"
-    if device.index is not None and device.index >= backend.device_count():
-        return f"there are only {backend.device_count()} {device.type} devices"
-    return None
-
-
 def device_name(text: str) -> str:
     """An argparse type: a device name that torch knows and this machine has."""
+    from minispec.devices import device_problem  # deferred: it imports torch
+
     if (problem := device_problem(text)) is not None:
         raise argparse.ArgumentTypeError(problem)
     return text
