@@ -344,7 +344,7 @@ def test_interrupted_save_keeps_the_previous_checkpoint(
     saved: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     before = saved.read_bytes()
-    monkeypatch.setattr(checkpoint.os, where, interrupt)
+    monkeypatch.setattr(storage.os, where, interrupt)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(saved, make_model(seed=1), {"role": "newer"})
     monkeypatch.undo()
@@ -375,7 +375,7 @@ def test_interrupted_first_save_leaves_nothing(
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(
-        checkpoint, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False
+        storage, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False
     )
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(tmp_path / "m.safetensors", make_model())
