@@ -39,7 +39,10 @@ test: lint  ## ruff, then the test suite on WORKERS=2 processes (CPU, < 10 min c
 
 # `make train` runs one process; `make train NPROC=2` runs the same command under torchrun
 # (DistributedDataParallel: gloo on CPU, nccl on CUDA), e.g. make train NPROC=4 ARGS='--preset gpu'.
+# Under torchrun the arguments are checked once first: a bad one is one line, not one per process
+# and torchrun's own traceback.
 train: $(STAMP)  ## train the target, then the distilled draft (NPROC=N: N processes under torchrun)
+	$(if $(NPROC),@$(PY) -m minispec train --check-args $(ARGS))
 	$(if $(NPROC),$(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC),$(PY)) -m minispec train $(ARGS)
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/

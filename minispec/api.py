@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+import torch
+
 from minispec.decode import SpeculativeDecoder
+from minispec.devices import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int
 from minispec.stats import DecodeStats
 from model import tokenizer as byte_tokenizer
@@ -27,7 +32,6 @@ class GenerateResult(NamedTuple):
     stats: DecodeStats
 
 
-@lru_cache(maxsize=4)
 def load_decoder(
     target: str | Path = DEFAULT_TARGET,
     draft: str | Path = DEFAULT_DRAFT,
@@ -35,7 +39,29 @@ def load_decoder(
     compile: bool | str = True,
 ) -> SpeculativeDecoder:
     """Load a checkpoint pair once per process and wrap it in a (compiled) decoder; `compile`
-    as SpeculativeDecoder's."""
+    as SpeculativeDecoder's. A bad argument raises TypeError or ValueError naming it."""
+    for name, path in (("target", target), ("draft", draft)):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a path (str or Path), got {type(path).__name__}")
+    check_device(device)
+    return cached_decoder(target, draft, device, compile)
+
+
+def check_device(device: str | torch.device) -> None:
+    """TypeError unless `device` names a device; ValueError unless this machine has it."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"device must be a str such as 'cpu' or 'cuda', got {type(device).__name__}"
+        )
+    if (problem := device_problem(device)) is not None:
+        raise ValueError(f"device {str(device)!r}: {problem}")
+
+
+@lru_cache(maxsize=4)
+def cached_decoder(
+    target: str | Path, draft: str | Path, device: str, compile: bool | str
+) -> SpeculativeDecoder:
+    """load_decoder's work, once per process for each set of (checked) arguments."""
     target_model, draft_model = load_pair(target, draft, device=device)
     eos = eos_token_id(target)
     if eos is not None and not 0 <= eos < target_model.config.vocab_size:
@@ -98,12 +124,17 @@ def generate(
     model folder's own); it must be the one the decoder's models were trained with.
 
     A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it: here
-    the arguments' types, and the request's values in SpeculativeDecoder.check."""
+    the arguments' types, and the request's values in minispec/checks.py."""
+    check_tokenizer(tokenizer)
     prompt_ids = encode_prompts(prompts, tokenizer)
+    shared = dict(
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens
+    )
     if params is None:
-        params = shared_params(len(prompts), temperature, top_k, top_p, seed, max_new_tokens)
+        params = shared_params(len(prompts), **shared)
     else:
         check_params(params)
+        check_not_both(shared)
     spec = SpeculativeConfig(
         num_speculative_tokens, draft_sample_method, rejection_sample_method, proposer
     )
@@ -129,6 +160,27 @@ def shared_params(
             )
         seeds = [seed + i for i in range(count)]
     return [SamplingParams(temperature, top_k, top_p, s, max_new_tokens) for s in seeds]
+
+
+def check_not_both(shared: dict) -> None:
+    """ValueError when generate's shared sampling arguments are given beside `params`, which
+    sets each request's own: one of them would be ignored without a word."""
+    defaults = inspect.signature(generate).parameters
+    given = [name for name, value in shared.items() if value != defaults[name].default]
+    if given:
+        raise ValueError(
+            f"give params or {', '.join(given)}, not both: params sets each request's sampling"
+        )
+
+
+def check_tokenizer(tokenizer) -> None:
+    """TypeError unless `tokenizer` has encode and decode methods (model.tokenizer or a
+    hf_tokenizer.load_tokenizer result)."""
+    if not all(callable(getattr(tokenizer, m, None)) for m in ("encode", "decode")):
+        raise TypeError(
+            f"tokenizer must have encode and decode methods (model.tokenizer, or "
+            f"hf_tokenizer.load_tokenizer(folder)), got {type(tokenizer).__name__}"
+        )
 
 
 def check_decoder_and_callback(decoder, on_tokens) -> None:

@@ -4,6 +4,7 @@ wrong type) that names it; the API and the command line rely on these checks."""
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING
 
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 
 def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id) -> None:
     """SpeculativeDecoder's arguments."""
+    for name, model in (("target", target), ("draft", draft)):
+        if not (isinstance(model, GPT) or (name == "draft" and model is None)):
+            kind = "a GPT" + (" or None" if name == "draft" else "")
+            raise TypeError(f"{name} must be {kind}, got {type(model).__name__}")
     if compile not in (True, False, "aot"):
         raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
     if eos_token_id is not None and (
@@ -51,6 +56,8 @@ def check_request(
         p.validate()
         if len(prompt) < 2:  # BOS plus at least one token
             raise ValueError(f"prompt {i} is empty")
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt):
+            raise ValueError(f"prompt {i} has token ids that are not ints")
         if any(not 0 <= t < vocab for t in prompt):
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
         if len(prompt) + p.max_new_tokens + k > context:

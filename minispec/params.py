@@ -81,6 +81,8 @@ class SpeculativeConfig:
     def validate(self) -> None:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
         k = self.num_speculative_tokens
+        if isinstance(k, str) and k != "auto":  # a str is the one word "auto", as written
+            raise ValueError(f"num_speculative_tokens must be 'auto' or an int, got {k!r}")
         if k != "auto":
             check_int("num_speculative_tokens", k)
             if not 0 <= k <= MAX_SPECULATIVE_TOKENS:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import struct
 import warnings
 from pathlib import Path
@@ -23,18 +21,20 @@ from safetensors.torch import save as save_bytes
 
 from model import tokenizer
 from model.config import GPTConfig
+from model.errors import CheckpointError, listed
 from model.gpt import GPT
+from model.hf import load_hf_folder
+from model.storage import (
+    TIED_KEY,
+    atomic_write,
+    cast_finite,
+    config_shapes,
+)
 
 FORMAT = "minispec-gpt-v1"
-TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 # Keys of the trainer's optimizer state, which a resumable checkpoint carries beside the
 # weights (save_checkpoint's `extra`); loading a model skips them.
 OPTIMIZER_PREFIX = "optim."
-TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used; the message names the file and the problem."""
 
 
 def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -43,50 +43,6 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(name.encode())
         h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: asks whether the process exists, sends nothing
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    except OverflowError:
-        return False  # no process has such an id
-    return True
-
-
-def remove_stale_temporaries(folder: Path) -> list[Path]:
-    """Delete the temporaries of atomic writes whose process has died (killed mid-save: a kill
-    skips the clean-up below), and return their paths. A live process's temporary is a write in
-    progress and stays. The pid in the name is what tells them apart, so this is POSIX only (on
-    Windows, os.kill ends the process it is given)."""
-    if os.name != "posix" or not folder.is_dir():
-        return []
-    stale = [
-        p
-        for p in folder.glob(".*.tmp-*")
-        if (m := TEMPORARY.fullmatch(p.name)) and p.is_file() and not process_alive(int(m[1]))
-    ]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes so that `path` is either the old file or the complete new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def save_checkpoint(
@@ -186,20 +142,6 @@ def check_tokenizer(path: Path, meta: dict[str, str], config: GPTConfig) -> None
         )
 
 
-def cast_finite(
-    path: str | Path, weights: dict[str, torch.Tensor], dtype: torch.dtype
-) -> dict[str, torch.Tensor]:
-    """`weights` cast to `dtype`. NaN or inf weights, in the file or made by the cast, decode
-    to garbage (only NUL bytes) with exit code 0: they are an error that names the tensor."""
-    cast = {k: v.to(dtype) for k, v in weights.items()}
-    for k, v in cast.items():
-        if not torch.isfinite(v).all():
-            overflow = bool(torch.isfinite(weights[k]).all())
-            found = f"values beyond {dtype}'s range" if overflow else "NaN or inf"
-            raise CheckpointError(f"{path}: tensor {k} has {found}")
-    return cast
-
-
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> tuple[GPT, dict[str, str]]:
@@ -208,8 +150,6 @@ def load_checkpoint(
     `path` is a minispec .safetensors file, or a Hugging Face Llama folder (with config.json).
     """
     if Path(path).is_dir():
-        from model.hf import load_hf_folder  # deferred: model.hf imports this module
-
         return load_hf_folder(path, device, dtype)
     tensors, meta = read_checkpoint(path)
     try:
@@ -217,22 +157,17 @@ def load_checkpoint(
     except ValueError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     check_tokenizer(Path(path), meta, config)
-    # The shapes the config implies, from a model on the meta device (no memory): a config that
-    # disagrees with the file is reported before it can ask for terabytes.
     tied = config.tie_embeddings
-    with torch.device("meta"):
-        expected = {
-            k: v.shape
-            for k, v in GPT(config, init_weights=False).state_dict().items()
-            if not (tied and k == TIED_KEY)
-        }
+    expected = {k: v for k, v in config_shapes(config).items() if not (tied and k == TIED_KEY)}
     weights = {k: v for k, v in tensors.items() if not k.startswith(OPTIMIZER_PREFIX)}
     missing, unexpected = (
         sorted(expected.keys() - weights.keys()),
         sorted(weights.keys() - expected.keys()),
     )
     if missing or unexpected:
-        raise CheckpointError(f"{path}: missing keys {missing}, unexpected keys {unexpected}")
+        raise CheckpointError(
+            f"{path}: missing keys {listed(missing)}, unexpected keys {listed(unexpected)}"
+        )
     for k, shape in expected.items():
         if weights[k].shape != shape:
             raise CheckpointError(
@@ -246,6 +181,33 @@ def load_checkpoint(
     return model.to(device=device, dtype=dtype).eval(), meta
 
 
+def tokenizer_name(meta: dict[str, str]) -> str:
+    """A checkpoint's tokenizer in a few words: its kind, and a folder tokenizer's digest."""
+    try:
+        recorded = json.loads(meta["tokenizer"])
+        return " ".join(str(recorded[k])[:12] for k in ("kind", "sha256") if k in recorded)
+    except (KeyError, TypeError, ValueError):
+        return "unknown"
+
+
+def check_same_vocabulary(target: tuple, draft: tuple) -> None:
+    """A draft pairs with a target only when both have the same token ids for the same text.
+    Each argument: (path, model, metadata)."""
+    (target_path, target_model, target_meta), (draft_path, draft_model, draft_meta) = target, draft
+    sizes = (draft_model.config.vocab_size, target_model.config.vocab_size)
+    if sizes[0] != sizes[1]:
+        raise CheckpointError(
+            f"draft {draft_path} and target {target_path} have different vocabularies "
+            f"({sizes[0]} vs {sizes[1]} tokens)"
+        )
+    if target_meta["tokenizer"] != draft_meta["tokenizer"]:
+        raise CheckpointError(
+            f"draft {draft_path} and target {target_path} have different tokenizers "
+            f"({tokenizer_name(draft_meta)} vs {tokenizer_name(target_meta)}), though both "
+            f"have {sizes[0]} tokens"
+        )
+
+
 def load_pair(
     target_path: str | Path,
     draft_path: str | Path,
@@ -255,14 +217,7 @@ def load_pair(
     """The target and draft models; they must share a tokenizer and vocabulary to be paired."""
     target, target_meta = load_checkpoint(target_path, device, dtype)
     draft, draft_meta = load_checkpoint(draft_path, device, dtype)
-    if (
-        target.config.vocab_size != draft.config.vocab_size
-        or target_meta["tokenizer"] != draft_meta["tokenizer"]
-    ):
-        raise CheckpointError(
-            f"draft {draft_path} and target {target_path} have different vocabularies "
-            f"({draft.config.vocab_size} vs {target.config.vocab_size} tokens)"
-        )
+    check_same_vocabulary((target_path, target, target_meta), (draft_path, draft, draft_meta))
     # Swapped files still decode exactly, only slower than no speculation at all (c > 1).
     roles = (target_meta.get("role"), draft_meta.get("role"))
     if draft.num_params() > target.num_params() or roles == ("draft", "target"):

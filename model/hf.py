@@ -12,8 +12,6 @@ Loading from a hub is out of scope: a folder is a local path.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -22,9 +20,11 @@ from safetensors.torch import load_file
 from safetensors.torch import save as save_bytes
 
 from model import hf_tokenizer, tokenizer
-from model.checkpoint import TIED_KEY, CheckpointError, atomic_write, cast_finite
 from model.config import GPTConfig
+from model.errors import CheckpointError, listed, read_json
+from model.folders import replace_folder
 from model.gpt import GPT
+from model.storage import TIED_KEY, cast_finite, config_shapes
 
 FORMAT = "hf-llama"  # the "format" a loaded folder's metadata reports
 ARCHITECTURE = "LlamaForCausalLM"
@@ -37,6 +37,26 @@ LAYER_NAMES = {
     "mlp.up.weight": "mlp.up_proj.weight",
     "mlp.down.weight": "mlp.down_proj.weight",
 }
+# Every file an export can write: the leftovers of a killed export are these or nothing.
+EXPORT_NAMES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+}
+# The sizes of a config.json, checked to be positive ints before any arithmetic on them.
+SIZE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+    "head_dim",
+)
 # Defaults of transformers' LlamaConfig, for keys a config.json leaves out.
 HF_DEFAULTS = {
     "max_position_embeddings": 2048,
@@ -94,7 +114,8 @@ def export_folder(
 ) -> None:
     """Write `model` as a Hugging Face Llama folder: config.json, generation_config.json,
     model.safetensors (cast to `dtype`, by default the model's) and, `with_tokenizer`, the byte
-    tokenizer's files. The folder is replaced whole: never a mix of old and new files."""
+    tokenizer's files. The folder is replaced whole, never a mix of old and new files, and only
+    when minispec wrote it (model/folders.py)."""
     model = getattr(model, "_orig_mod", model)  # a compiled wrapper's keys carry a prefix
     config = model.config
     if with_tokenizer and config.vocab_size != tokenizer.VOCAB_SIZE:
@@ -123,29 +144,7 @@ def export_folder(
     files["generation_config.json"] = json.dumps(special, indent=2).encode()
     if with_tokenizer:
         files.update(hf_tokenizer.byte_tokenizer_files(config.max_seq_len))
-    replace_folder(Path(out), files)
-
-
-def replace_folder(out: Path, files: dict[str, bytes]) -> None:
-    """Make `out` a folder holding exactly `files`: built aside, fsynced, then renamed in, so a
-    reader sees the old folder or the whole new one. Only a former export is ever replaced."""
-    if (
-        out.exists()
-        and not (out / "config.json").is_file()
-        and (out.is_file() or any(out.iterdir()))
-    ):
-        raise ValueError(f"{out} exists and is not a model folder: refusing to replace it")
-    tmp, old = (out.with_name(f".{out.name}.{kind}-{os.getpid()}") for kind in ("tmp", "old"))
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        for name, data in files.items():
-            atomic_write(tmp / name, data)
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+    replace_folder(Path(out), files, EXPORT_NAMES)
 
 
 def unsupported(path: Path, feature: str) -> CheckpointError:
@@ -177,6 +176,9 @@ def plain_rope_theta(hf: dict, path: Path) -> float:
     no scaling."""
     # transformers 5 writes {"rope_type", "rope_theta"} as rope_parameters; 4 writes rope_theta
     # and rope_scaling. Any rope type but the default (linear, dynamic, yarn, llama3...) scales.
+    for key in ("rope_scaling", "rope_parameters"):
+        if not isinstance(hf.get(key, {}), dict):
+            raise unsupported(path, f"{key} {hf[key]!r}")
     rope = {**hf.get("rope_scaling", {}), **hf.get("rope_parameters", {})}
     theta = rope.pop("rope_theta", hf["rope_theta"])
     rope_type = rope.pop("rope_type", rope.pop("type", "default"))
@@ -192,9 +194,15 @@ def gpt_config(hf: dict, path: Path) -> GPTConfig:
     hf = {**HF_DEFAULTS, **{k: v for k, v in hf.items() if v is not None}}
     check_architecture(hf, path)
     theta = plain_rope_theta(hf, path)
+    for key in SIZE_KEYS:
+        value = hf.get(key)
+        if key in hf and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise CheckpointError(
+                f"{path}: config.json's {key} must be a positive int, got {value!r}"
+            )
     try:
         heads, d_model = hf["num_attention_heads"], hf["hidden_size"]
-        if hf.get("head_dim", d_model // heads) * heads != d_model:
+        if "head_dim" in hf and hf["head_dim"] * heads != d_model:
             raise unsupported(
                 path, f"head_dim {hf['head_dim']} != hidden_size / num_attention_heads"
             )
@@ -212,25 +220,36 @@ def gpt_config(hf: dict, path: Path) -> GPTConfig:
         )
     except KeyError as exc:
         raise CheckpointError(f"{path}: config.json has no {exc.args[0]!r}") from None
+    except CheckpointError:
+        raise  # it names the folder already
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: {exc}") from None
 
 
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of model.safetensors, or of the shards its index lists."""
-    index = path / "model.safetensors.index.json"
+def shard_files(path: Path) -> list[Path]:
+    """model.safetensors, or the shards that model.safetensors.index.json lists."""
     if (path / "model.safetensors").is_file():
-        files = [path / "model.safetensors"]
-    elif index.is_file():
-        files = sorted(
-            {path / name for name in json.loads(index.read_text())["weight_map"].values()}
-        )
-    else:
+        return [path / "model.safetensors"]
+    index = path / "model.safetensors.index.json"
+    if not index.is_file():
         raise CheckpointError(
             f"{path}: no model.safetensors (or index): only safetensors weights load"
         )
+    weight_map = read_json(index)
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(name, str) and name == Path(name).name for name in weight_map.values()
+    ):
+        raise CheckpointError(
+            f"{index}: no weight_map from tensor names to the folder's file names"
+        )
+    return sorted({path / name for name in weight_map.values()})
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors, or of the shards its index lists."""
     tensors = {}
-    for file in files:
+    for file in shard_files(path):
         try:
             tensors.update(load_file(file))
         except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
@@ -240,19 +259,21 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def read_config(path: Path) -> dict:
     """config.json as a dict, or a CheckpointError."""
-    try:
-        hf = json.loads((path / "config.json").read_text())
-        if not isinstance(hf, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: config.json does not load ({exc})") from None
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a folder")
+    hf = read_json(path / "config.json")
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{path / 'config.json'} does not load (not a JSON object)")
     return hf
 
 
-def gpt_state(path: Path, model: GPT, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The folder's tensors under GPT's names (q, k and v stacked into wqkv), after checking
-    that the folder holds exactly the tensors, of the shapes, that config.json implies."""
-    names = name_map(model.config)
+def gpt_state(
+    path: Path, config: GPTConfig, tensors: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The folder's tensors under GPT's names (q, k and v stacked into wqkv), after checking,
+    before anything is allocated, that the folder holds exactly the tensors, of the shapes,
+    that config.json implies."""
+    names = name_map(config)
     expected = {name for group in names.values() for name in group}
     # transformers may store a tied head's copy, and old versions stored RoPE frequencies.
     ignored = {k for k in tensors if k.endswith("rotary_emb.inv_freq") or k == "lm_head.weight"}
@@ -261,20 +282,22 @@ def gpt_state(path: Path, model: GPT, tensors: dict[str, torch.Tensor]) -> dict[
         sorted(tensors.keys() - expected - ignored),
     )
     if missing or unexpected:
-        raise CheckpointError(f"{path}: missing tensors {missing}, unexpected tensors {unexpected}")
+        raise CheckpointError(
+            f"{path}: missing tensors {listed(missing)}, unexpected tensors {listed(unexpected)}"
+        )
+    shapes = config_shapes(config)
     state = {}
     for name, theirs in names.items():
-        expected_shape = model.get_parameter(name).shape
         parts = [tensors[t] for t in theirs]
-        if sum(p.shape[0] for p in parts) != expected_shape[0] or any(
-            p.shape[1:] != expected_shape[1:] for p in parts
+        if sum(p.shape[0] for p in parts) != shapes[name][0] or any(
+            p.shape[1:] != shapes[name][1:] for p in parts
         ):
             raise CheckpointError(
                 f"{path}: {', '.join(theirs)} of shapes {[tuple(p.shape) for p in parts]} "
-                f"do not stack to {tuple(expected_shape)}, which config.json implies"
+                f"do not stack to {tuple(shapes[name])}, which config.json implies"
             )
         state[name] = torch.cat(parts)
-    if model.config.tie_embeddings:
+    if config.tie_embeddings:
         state[TIED_KEY] = state["embed.weight"]
     return state
 
@@ -287,8 +310,9 @@ def load_hf_folder(
     path = Path(path)
     hf = read_config(path)
     config = gpt_config(hf, path)
+    hf_tokenizer.check_vocabulary(path, config.vocab_size)
+    state = gpt_state(path, config, read_tensors(path))
     model = GPT(config, init_weights=False)  # every parameter is loaded next (strict)
-    state = gpt_state(path, model, read_tensors(path))
     model.load_state_dict(cast_finite(path, state, dtype))
     meta = {
         "format": FORMAT,

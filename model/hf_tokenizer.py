@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from model import tokenizer
+from model.errors import CheckpointError, read_json
 
 SPECIAL_TOKENS = {tokenizer.BOS_TOKEN_ID: "<s>", tokenizer.EOS_TOKEN_ID: "</s>"}
 
@@ -73,14 +74,60 @@ def byte_tokenizer_files(model_max_length: int) -> dict[str, bytes]:
 
 
 def _read_spec(folder: Path) -> dict | None:
+    """tokenizer.json, or None where the folder has none; a CheckpointError naming the file
+    where it is not a JSON object."""
     path = folder / "tokenizer.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    spec = read_json(path)
+    if not isinstance(spec, dict):
+        raise CheckpointError(f"{path}: not a tokenizer (a JSON {type(spec).__name__})")
+    return spec
+
+
+def part(spec: dict, key: str, kind: type) -> dict | list:
+    """spec[key] where it is a `kind`, else an empty one: a malformed part is no byte tokenizer
+    and has no ids, which the callers report."""
+    value = spec.get(key)
+    return value if isinstance(value, kind) else kind()
+
+
+def vocabulary_size(spec: dict, path: Path) -> int:
+    """One more than the highest id the tokenizer can give: its model's vocabulary (a dict of
+    ids, or a list whose positions are the ids) and its added tokens."""
+    vocab = part(spec, "model", dict).get("vocab")
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    if isinstance(vocab, list) and vocab:
+        ids.append(len(vocab) - 1)
+    ids += [t.get("id") for t in part(spec, "added_tokens", list) if isinstance(t, dict)]
+    if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise CheckpointError(f"{path}: no vocabulary of token ids >= 0")
+    return max(ids) + 1
+
+
+def check_vocabulary(folder: Path, vocab_size: int) -> None:
+    """A folder's tokenizer must have the model's vocabulary, as a checkpoint's must
+    (checkpoint.check_tokenizer): with fewer ids, the model's other ids would vanish from the
+    text without a word; with more, the tokenizer's would be out of the model's range."""
+    spec = _read_spec(folder)
+    if spec is None:
+        return
+    size = vocabulary_size(spec, folder / "tokenizer.json")
+    if size != vocab_size:
+        raise CheckpointError(
+            f"{folder / 'tokenizer.json'} has {size} token ids, but config.json's vocab_size "
+            f"is {vocab_size}: they must be the same"
+        )
 
 
 def is_byte_tokenizer(spec: dict) -> bool:
     """Whether a tokenizer.json is the byte tokenizer (as byte_tokenizer_files writes it)."""
-    model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
-    added = {t.get("id"): t.get("content") for t in spec.get("added_tokens") or []}
+    model, pre = part(spec, "model", dict), part(spec, "pre_tokenizer", dict)
+    added = {
+        t.get("id"): t.get("content")
+        for t in part(spec, "added_tokens", list)
+        if isinstance(t, dict)
+    }
     return (
         model.get("type") == "BPE"
         and not model.get("merges")
@@ -117,9 +164,14 @@ class FolderTokenizer:
                 f"{folder} has its own tokenizer, which needs the tokenizers "
                 f"package: pip install 'minispec[peer]'"
             ) from None
-        self.backend = Tokenizer.from_str(json.dumps(spec))
+        try:
+            self.backend = Tokenizer.from_str(json.dumps(spec))
+        except Exception as exc:  # the library raises a bare Exception for a spec it cannot read
+            raise CheckpointError(f"{folder / 'tokenizer.json'}: not a tokenizer ({exc})") from None
         config_path = folder / "tokenizer_config.json"
-        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        config = read_json(config_path) if config_path.is_file() else {}
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{config_path} does not load (not a JSON object)")
         self.backend.encode_special_tokens = bool(config.get("split_special_tokens", False))
 
     def encode(self, text: str) -> list[int]:

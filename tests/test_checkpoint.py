@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save as save_bytes
 
-from model import checkpoint
+from model import checkpoint, storage
 from model.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -344,7 +344,7 @@ def test_interrupted_save_keeps_the_previous_checkpoint(
     saved: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     before = saved.read_bytes()
-    monkeypatch.setattr(checkpoint.os, where, interrupt)
+    monkeypatch.setattr(storage.os, where, interrupt)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(saved, make_model(seed=1), {"role": "newer"})
     monkeypatch.undo()
@@ -375,7 +375,7 @@ def test_interrupted_first_save_leaves_nothing(
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(
-        checkpoint, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False
+        storage, "open", lambda path, mode: HalfWriter(real_open(path, mode)), raising=False
     )
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(tmp_path / "m.safetensors", make_model())
@@ -394,4 +394,4 @@ def test_stale_temporaries_are_removed_by_the_next_save(saved: Path) -> None:
         path.write_bytes(b"partial")
     save_checkpoint(saved.parent / "next.safetensors", make_model())
     assert not stale.exists() and live.exists() and unrelated.exists()
-    assert checkpoint.remove_stale_temporaries(saved.parent) == []
+    assert storage.remove_stale_temporaries(saved.parent) == []

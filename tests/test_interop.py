@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from minispec.commands.cli import DEFAULT_PROMPT, main
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
-from model import checkpoint, hf, hf_tokenizer, tokenizer
+from model import checkpoint, folders, hf, hf_tokenizer, tokenizer
 from model.checkpoint import CheckpointError, load_checkpoint, load_pair
 from model.config import GPTConfig
 from model.gpt import GPT
@@ -109,6 +109,7 @@ def test_export_writes_a_hugging_face_folder(shipped_export: tuple[GPT, GPT, Pat
         "tokenizer.json",
         "tokenizer_config.json",
         "special_tokens_map.json",
+        "minispec-export.json",  # the mark of a folder minispec wrote (model/folders.py)
     }
     config = json.loads((out / "target" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"] is True
@@ -471,7 +472,7 @@ def test_interrupted_export_keeps_the_old_folder(
             raise OSError("disk full")
         checkpoint.atomic_write(path, data)
 
-    monkeypatch.setattr(hf, "atomic_write", fail_on_third)
+    monkeypatch.setattr(folders, "atomic_write", fail_on_third)
     with pytest.raises(OSError, match="disk full"):
         hf.export_folder(random_gpt(tokenizer.VOCAB_SIZE, seed=1), tmp_path / "m")
     assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before
@@ -480,7 +481,7 @@ def test_interrupted_export_keeps_the_old_folder(
 
 def test_export_refuses_to_replace_other_folders(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="not a model folder"):
+    with pytest.raises(ValueError, match="not written by minispec"):
         hf.export_folder(random_gpt(tokenizer.VOCAB_SIZE, seed=0), tmp_path)
     with pytest.raises(ValueError, match="with_tokenizer=False"):
         hf.export_folder(random_gpt(8, seed=0), tmp_path / "m")

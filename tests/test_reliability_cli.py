@@ -356,7 +356,6 @@ def test_a_full_disk_is_one_line(processes: dict) -> None:
     assert_one_error_line(code, err, "No space left on device")
 
 
-def test_a_closed_stdout_is_not_an_error(processes: dict) -> None:
+def test_a_closed_stdout_is_one_line(processes: dict) -> None:
     code, err = processes["closed stdout"]
-    assert code == 0, err
-    assert err == "", err
+    assert_one_error_line(code, err, "stdout is closed")

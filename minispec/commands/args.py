@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 INT64_MAX = 2**63 - 1  # torch's widest integer: larger Python ints overflow when they reach it
@@ -112,26 +113,41 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
     return comma_list(check)
 
 
-def device_problem(name: str) -> str | None:
-    """Why device `name` cannot be used here (torch would raise with a traceback), or None."""
-    import torch  # deferred: --help and other flags' errors stay instant
+def device_name(text: str) -> str:
+    """An argparse type: a device name that torch knows and this machine has."""
+    from minispec.devices import device_problem  # deferred: it imports torch
 
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        return f"unknown device {name!r}"
-    if device.type == "cpu":
-        return None
-    backend = getattr(torch, device.type, None)
-    if backend is None or not backend.is_available():
-        return f"no {device.type} device is available to this torch build"
-    if device.index is not None and device.index >= backend.device_count():
-        return f"there are only {backend.device_count()} {device.type} devices"
+    if (problem := device_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def path_problem(text: str, folder: bool) -> str | None:
+    """Why `text` cannot be written as a folder (`folder`) or a file, or None: checked where
+    the flag is parsed, so that a path that cannot be written fails before any work, not as
+    "File exists" or "Not a directory" from deep inside it."""
+    if not text:
+        return "expected a path, got ''"
+    path = Path(text)
+    if path.exists() and folder != path.is_dir():
+        return f"{path} is {'a file, not a folder' if folder else 'a folder, not a file'}"
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor))
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing}: permission denied"
     return None
 
 
-def device_name(text: str) -> str:
-    """An argparse type: a device name that torch knows and this machine has."""
-    if (problem := device_problem(text)) is not None:
+def writable_folder(text: str) -> str:
+    """An argparse type: a folder that is there or can be made, and can be written into."""
+    if (problem := path_problem(text, folder=True)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def writable_file(text: str) -> str:
+    """An argparse type: a file path (not a folder) that can be written."""
+    if (problem := path_problem(text, folder=False)) is not None:
         raise argparse.ArgumentTypeError(problem)
     return text

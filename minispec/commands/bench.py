@@ -49,6 +49,7 @@ from minispec.commands.args import (
     integer,
     real,
     thread_count,
+    writable_folder,
 )
 from minispec.commands.bench_sampler import machine
 from minispec.commands.corpus import load_corpus
@@ -376,7 +377,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--prompts", type=integer(1), default=6, help="held-out prompts of 300 bytes"
     )
-    parser.add_argument("--out", default="results")
+    parser.add_argument("--out", type=writable_folder, default="results")
     parser.add_argument(
         "--device", type=device_name, default="cpu", help="cpu or cuda (CUDA graphs there)"
     )

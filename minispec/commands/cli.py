@@ -8,12 +8,15 @@
     verify        the paper's worked example through the compiled sampler (make verify)
     kernels       the sampler's generated kernels (Triton on a GPU, C++ on a CPU)
     export        the pair as Hugging Face Llama folders (transformers, vLLM, SGLang)
+    build-index   the suffix index that --proposer suffix reads (else built on first use)
     samples       how often the default decode output parses as Python
 
 Every command runs through `main`, which turns each expected failure into one line: bad input
 (a flag, a prompt, a checkpoint, a folder) is one line on stderr and exit code 2; Ctrl-C at any
 moment, even while torch is still importing, is exit code 130; a reader that goes away early
-(`| head`) ends the run quietly with 141, as SIGPIPE would. A traceback means a bug.
+(`| head`) ends the run quietly with 141, as SIGPIPE would; a command started with stdout
+closed (`>&-`) is one line and exit code 2 before it runs, since its output could go nowhere.
+A traceback means a bug.
 """
 
 from __future__ import annotations
@@ -260,6 +263,7 @@ COMMANDS = {
     "bench-sampler": "minispec.commands.bench_sampler",
     "copy-score": "minispec.commands.copy_score",
     "export": "minispec.commands.export",
+    "build-index": "minispec.commands.build_index",
     "kernels": "minispec.commands.kernels",
     "samples": "minispec.commands.samples",
     "verify": "minispec.commands.verify",
@@ -330,9 +334,11 @@ def one_line(exc: BaseException) -> str:
 
 
 def front_door(argv: list[str]) -> int:
-    for name in ("stdout", "stderr"):
-        if getattr(sys, name) is None:  # started with the stream closed (`>&-`): write nowhere
-            setattr(sys, name, open(os.devnull, "w"))
+    closed = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
+    for name in closed:  # started with the stream closed (`>&-`): write nowhere
+        setattr(sys, name, open(os.devnull, "w"))
+    if "stdout" in closed:  # the output would be lost: say so (on stderr, if it is open)
+        return fail("stdout is closed: the output would be lost; redirect it to a file instead")
     problem: BaseException | None = None
     try:
         code = run(argv)

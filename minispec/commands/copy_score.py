@@ -28,18 +28,23 @@ import torch
 import torch.nn.functional as F
 
 from minispec.api import DEFAULT_TARGET
-from minispec.commands.args import OneLineParser, integer
+from minispec.commands.args import OneLineParser, integer, writable_file
 from minispec.commands.bench_proposers import edit_prompts
 from minispec.commands.corpus import load_corpus
 from minispec.commands.train import BLANK_LINE, COPY_SPAN, get_batch
 from model import tokenizer
-from model.checkpoint import load_checkpoint
+from model.checkpoint import atomic_write, load_checkpoint
+from model.gpt import GPT
 
 Model = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> next-token logits [B, T, V]
 EDIT_PROMPTS = 12
 EDIT_MAX_PROMPT = 376  # the bench's room for a prompt: 512 - 128 new tokens - the widest round
 COPY_ROWS = 16
 COPY_SEED = 777  # any seed; the rows are drawn from the held-out split, never trained on
+MAX_ROWS = 256  # scored in one batch: 256 rows of 512 positions' logits are about 135 MB
+# The longest copy row (two spans and the blank line) must fit in a row of the context and the
+# one byte that its last position predicts. The edit prompts are shorter.
+MIN_CONTEXT = 2 * (COPY_SPAN[1] - 1) + len(BLANK_LINE) - 1
 
 
 def edit_copy(model: Model, prompts: list[str], context: int) -> dict:
@@ -89,9 +94,20 @@ def copy_rows_bits(model: Model, data: torch.Tensor, rows: int, seq_len: int) ->
     }
 
 
-def score(path: str, prompts: list[str], data: torch.Tensor, rows: int) -> dict:
+def load_model(path: str) -> GPT:
+    """The checkpoint's model, after checking that its context holds a whole copy row."""
+    if not Path(path).exists():
+        raise ValueError(f"checkpoint not found: {path}")
     model, _ = load_checkpoint(path)
-    model.eval()
+    if model.config.max_seq_len < MIN_CONTEXT:
+        raise ValueError(
+            f"{path}: its context of {model.config.max_seq_len} tokens is too short to score: "
+            f"a copy row needs {MIN_CONTEXT}"
+        )
+    return model.eval()
+
+
+def score(path: str, model: GPT, prompts: list[str], data: torch.Tensor, rows: int) -> dict:
     with torch.no_grad():
         return {
             "checkpoint": path,
@@ -121,21 +137,22 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("checkpoints", nargs="*", default=[str(DEFAULT_TARGET)])
-    parser.add_argument("--rows", type=integer(low=1), default=COPY_ROWS, help="copy rows")
-    parser.add_argument("--json", type=Path, help="also write the scores here")
+    parser.add_argument(
+        "--rows", type=integer(1, MAX_ROWS), default=COPY_ROWS, help="copy rows (at most 256)"
+    )
+    parser.add_argument("--json", type=writable_file, help="also write the scores here")
     args = parser.parse_args(argv)
-    for path in args.checkpoints:  # before the corpus loads, and before the table starts
-        if not Path(path).exists():
-            raise ValueError(f"checkpoint not found: {path}")
+    # Every checkpoint, before the corpus loads and before the table starts.
+    models = [load_model(path) for path in args.checkpoints]
     prompts = edit_prompts(EDIT_PROMPTS, EDIT_MAX_PROMPT)
     data = load_corpus().held_out
     print(f"{len(prompts)} edit prompts, {args.rows} held-out copy rows\n\n{HEADER}", flush=True)
     scores = []
-    for path in args.checkpoints:
-        scores.append(score(path, prompts, data, args.rows))
+    for path, model in zip(args.checkpoints, models):
+        scores.append(score(path, model, prompts, data, args.rows))
         print(format_row(scores[-1]), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(scores, indent=1) + "\n")
+        atomic_write(Path(args.json), (json.dumps(scores, indent=1) + "\n").encode())
     return 0
 
 

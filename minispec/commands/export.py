@@ -4,7 +4,9 @@
 
 Writes OUT_DIR/target/ and OUT_DIR/draft/, each with config.json (LlamaForCausalLM),
 generation_config.json, model.safetensors and the byte tokenizer's files, which transformers,
-vLLM and SGLang load as they are. Each folder is replaced whole or not at all.
+vLLM and SGLang load as they are, and minispec-export.json, the mark of a folder minispec
+wrote. Each folder is replaced whole or not at all, and only if it bears that mark and holds no
+file it does not list: any other folder is left as it is, with one line saying why.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from minispec.commands.args import OneLineParser
+from minispec.commands.args import OneLineParser, writable_folder
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -22,7 +24,7 @@ def main(argv: list[str]) -> int:
     p = OneLineParser(
         prog="minispec export", description="Export the pair as Hugging Face folders."
     )
-    p.add_argument("out_dir", help="writes OUT_DIR/target and OUT_DIR/draft")
+    p.add_argument("out_dir", type=writable_folder, help="writes OUT_DIR/target and OUT_DIR/draft")
     p.add_argument("--target", default=None, help="target checkpoint (default: the shipped one)")
     p.add_argument("--draft", default=None, help="draft checkpoint (default: the shipped one)")
     p.add_argument(
@@ -34,9 +36,12 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
     from model.checkpoint import load_pair
+    from model.folders import check_replaceable
     from model.hf import export_folder
 
     out = Path(args.out_dir)
+    for role in ("target", "draft"):  # both, before either is written
+        check_replaceable(out / role)
     models = load_pair(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT)
     for role, model in zip(("target", "draft"), models):
         export_folder(model, out / role, DTYPES[args.dtype])

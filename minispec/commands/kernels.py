@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from minispec.commands.args import OneLineParser, device_name
+from minispec.commands.args import OneLineParser, device_name, writable_folder
 from sampling import rejection_sample
 
 KERNEL_NAME = re.compile(r"^(triton_\w+|cpp_fused_\w+) = async_compile", re.MULTILINE)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu"
     )
-    parser.add_argument("--out", default="results")
+    parser.add_argument("--out", type=writable_folder, default="results")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -43,11 +43,11 @@ from model.checkpoint import (
     OPTIMIZER_PREFIX,
     load_checkpoint,
     read_checkpoint,
-    remove_stale_temporaries,
     save_checkpoint,
 )
 from model.config import PRESETS, GPTConfig
 from model.gpt import GPT
+from model.storage import remove_stale_temporaries
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,6 +487,30 @@ def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: 
         )
 
 
+def check_arguments(args: argparse.Namespace, state_dir: Path, roles: list[str]) -> None:
+    """What the flags ask for that cannot be done, found before any work (and under torchrun,
+    before any process starts, by the --check-args run)."""
+    if args.init_from is not None and args.only is None:
+        raise ValueError("--init-from starts one model: say which with --only target or draft")
+    if args.init_from is not None and not args.init_from.exists():
+        raise ValueError(f"--init-from {args.init_from}: no such file or folder")
+    shortest = 2 * COPY_SPAN[0] + len(BLANK_LINE)  # the shortest copy row
+    for role in roles:
+        seq_len = SCHEDULES[args.preset][role].seq_len
+        if args.copy_fraction and seq_len + 1 < shortest:
+            raise ValueError(
+                f"--copy-fraction: the {args.preset} preset's rows of {seq_len + 1} bytes are "
+                f"too short for a copy row (at least {shortest}: a span, a blank line, the "
+                f"span again), so none would be made"
+            )
+    states = [state_dir / f"{role}.state.safetensors" for role in roles]
+    if args.resume and not any(path.is_file() for path in states):
+        raise ValueError(
+            f"--resume: there is no saved state to continue ({' or '.join(map(str, states))}); "
+            f"start without --resume"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(
         prog="minispec train",
@@ -537,11 +561,16 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="start the --only model from this checkpoint's weights (a fine-tune)",
     )
+    parser.add_argument(
+        "--check-args",
+        action="store_true",
+        help="check the arguments and folders, then stop (make train NPROC=N does this once "
+        "before torchrun starts its processes)",
+    )
     args = parser.parse_args(argv)
-    if args.init_from is not None and args.only is None:
-        raise ValueError("--init-from starts one model: say which with --only target or draft")
-    if args.init_from is not None and not args.init_from.is_file():
-        raise ValueError(f"--init-from {args.init_from}: no such file")
+    out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
+    roles = [r for r in ("target", "draft") if args.only in (None, r)]
+    check_arguments(args, state_dir, roles)
     overrides = {
         k: v
         for k, v in (
@@ -552,17 +581,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         if v is not None
     }
-    out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
     command = "python -m minispec train " + shlex.join(argv if argv is not None else sys.argv[1:])
-    ranks = init_ranks()
+    ranks = Ranks() if args.check_args else init_ranks()
     if ranks.writer:  # before the corpus loads: a run that cannot finish fails in a second
-        roles = [r for r in ("target", "draft") if args.only in (None, r)]
         check_folders(out_dir, state_dir, roles, keep_state=args.resume or args.force)
     if args.only == "draft" and not (out_dir / "target.safetensors").is_file():
         raise ValueError(
             f"--only draft distils from a trained target, and "
             f"{out_dir / 'target.safetensors'} does not exist: train it first"
         )
+    if args.check_args:
+        return 0
     autocast = not args.fp32 and fast_bf16(torch.device("cpu"))
     corpus = load_corpus()
     if ranks.writer:

@@ -22,6 +22,7 @@ would match a document boundary: a worse proposal, never a wrong output.
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,30 @@ def pack(data: np.ndarray, offset: int) -> np.ndarray:
     return key
 
 
+def read_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The corpus and suffix array saved at `path`, checked to be a suffix index's."""
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            corpus, order = f["corpus"], f["order"]
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no suffix index there") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a suffix index ({exc or type(exc).__name__})") from None
+    if not (
+        corpus.dtype == np.uint8
+        and order.dtype == np.int32
+        and corpus.ndim == order.ndim == 1
+        and 0 < len(corpus) == len(order)
+        and 0 <= order.min()
+        and order.max() < len(order)
+    ):
+        raise ValueError(
+            f"{path}: not a suffix index (arrays of {corpus.dtype} {corpus.shape} and "
+            f"{order.dtype} {order.shape})"
+        )
+    return corpus, order
+
+
 @dataclass(slots=True)
 class SuffixIndex:
     corpus: np.ndarray  # uint8, the corpus in index bytes, padded at the end
@@ -98,8 +123,9 @@ class SuffixIndex:
 
     @classmethod
     def load(cls, path: str | Path, min_match: int = 4) -> "SuffixIndex":
-        with np.load(path) as f:
-            corpus, order = f["corpus"], f["order"]
+        """The index saved at `path`; ValueError naming the file when it is not one (cut
+        short, empty, another program's .npz), never a wrong index."""
+        corpus, order = read_arrays(Path(path))
         reversed_corpus = corpus[::-1].copy()
         keys = (pack(reversed_corpus, 0)[order], pack(reversed_corpus, 8)[order])
         return cls(corpus, order, keys, min_match)
