@@ -83,7 +83,9 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rejection-sample-method",
         default="standard",
-        help="standard (exact), block (exact, judges the drafts as a block) or naive (biased)",
+        help="standard (exact), block (exact, judges the drafts as a block), drafter_invariant "
+        "(exact, and a seed gives the K = 0 text whatever K, proposer or batch) or naive "
+        "(biased)",
     )
     p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
