@@ -237,3 +237,13 @@ def test_a_one_hot_draft_is_kept_only_as_the_race() -> None:
         )
         assert int(out.num_accepted[0]) == n
         assert out.token_ids[0, n] == [2, 0, 0][n]
+
+
+@pytest.mark.slow
+def test_a_compiled_round_gives_the_eager_k0_tokens(decoder: SpeculativeDecoder) -> None:
+    """One compiled graph (K = 2, our row alone): the tier does not change the tokens either."""
+    compiled = SpeculativeDecoder(decoder.target, decoder.draft, compile=True, eos_token_id=EOS)
+    eager_k0 = generate(decoder, [OURS], 0).token_ids
+    out = generate(compiled, [OURS], 2)
+    assert out.token_ids == eager_k0
+    assert out.stats.compiled_calls > 0 and out.stats.accepted > 0
