@@ -83,9 +83,9 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rejection-sample-method",
         default="standard",
-        help="standard (exact), block (exact, judges the drafts as a block), drafter_invariant "
-        "(exact, and a seed gives the K = 0 text whatever K, proposer or batch) or naive "
-        "(biased)",
+        help="standard (the default: exact, token-wise), block (exact, judges the drafts as "
+        "a block), drafter_invariant (exact, and a seed gives the -k 0 text whatever "
+        "-k, proposer or batch, for a few percent fewer tokens per round) or naive (biased)",
     )
     p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
     p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
