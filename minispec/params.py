@@ -37,12 +37,24 @@ def check_real(name: str, value) -> None:
 
 @dataclass(slots=True)
 class SamplingParams:
-    """Per-request sampling. temperature 0 is greedy; top_k 0 and top_p 1.0 mean off."""
+    """Per-request sampling. temperature 0 is greedy; top_k 0 and top_p 1.0 mean off.
+
+    What a seed promises depends on SpeculativeConfig.rejection_sample_method (every method
+    samples the target's law, seeded or not; "up to float rounding": a near-tie between two
+    tokens may round differently in a (K+1)-token forward, a batch, or a compiled graph):
+    - "drafter_invariant": the seed fixes the tokens, those K = 0 gives with it, for every K,
+      "auto", proposer and batch, eager or compiled, up to float rounding;
+    - "standard", "block": the seed fixes the tokens for a fixed K and the draft_model, ngram or
+      suffix proposer, in any batch, up to float rounding. Under K = "auto" or the hybrid
+      proposer, the rounds follow measured round times and the tokens follow the rounds: the
+      same seed can give other tokens on another run.
+    Temperature 0 gives the K = 0 tokens under every method, up to float rounding.
+    """
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    seed: int | None = None  # None draws one; a seeded request gives the same tokens in any batch
+    seed: int | None = None  # None draws one; what a seed fixes: the class docstring
     max_new_tokens: int = 128
 
     def validate(self) -> None:
@@ -74,7 +86,9 @@ class SpeculativeConfig:
 
     num_speculative_tokens: int | str = "auto"
     draft_sample_method: str = "auto"
-    rejection_sample_method: str = "standard"  # "naive" is the wrong rule, kept to show its bias
+    # "standard" (token-wise), "block" (Sun et al. 2024) or "drafter_invariant" (Daliri et al.
+    # 2024: a seed gives the K = 0 tokens); "naive" is the wrong rule, kept to show its bias
+    rejection_sample_method: str = "standard"
     proposer: str = "draft_model"
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
 

@@ -1,7 +1,8 @@
 """sampling/: logits and draft tokens in, token ids out. Knows nothing of models.
 
 - ``rejection_sample``: the exact speculative rejection sampler (Leviathan et al. 2022, Alg. 1),
-  token-wise or by block verification (Sun et al. 2024), for rows of up to K drafts.
+  token-wise, by block verification (Sun et al. 2024) or drafter-invariant (Daliri et al. 2024),
+  for rows of up to K drafts.
 - ``sample``: plain sampling under temperature -> top-k -> top-p, returning the exact probabilities.
 - ``sampling.reference``: a deliberately plain loop version of the rejection sampler, for tests.
 - ``sampling.exact_law``: the exact law of one round by enumeration, in fractions.

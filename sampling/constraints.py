@@ -172,6 +172,17 @@ def distribution(logits: torch.Tensor, constraints: RowConstraints) -> torch.Ten
     return torch.where(_rows(constraints.temperature == 0, probs), one_hot, probs)
 
 
+def check_noise_and_logits(
+    logits: torch.Tensor, exponentials: torch.Tensor | None, name: str = "logits"
+) -> None:
+    """ValueError for logits holding NaN or +inf (filtering turns them into NaN probabilities,
+    and a race over NaN picks token 0) or exponentials below 0 or NaN. Reads every value."""
+    if bool((logits.isnan() | (logits == float("inf"))).any()):
+        raise ValueError(f"{name} must not hold NaN or +inf (-inf masks a token)")
+    if exponentials is not None and not bool((exponentials >= 0).all()):
+        raise ValueError("exponentials must be >= 0 (Exp(1) noise; inf is allowed), not NaN")
+
+
 def _sample_core(
     logits: torch.Tensor,
     temperature: torch.Tensor,
@@ -235,6 +246,8 @@ def sample(
         )
     batch_size, vocab_size = logits.shape
     params = normalize_params(temperature, top_k, top_p, batch_size, logits.device, check_values)
+    if check_values and logits.device.type == "cpu":
+        check_noise_and_logits(logits, exponentials)
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, logits.device)
     elif exponentials.shape != logits.shape or exponentials.device != logits.device:

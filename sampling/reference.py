@@ -1,5 +1,6 @@
-"""A deliberately plain rejection sampler: Leviathan et al. 2022, Algorithm 1, and block
-verification (Sun et al. 2024), one request and one position at a time. It is slow on purpose
+"""A deliberately plain rejection sampler: Leviathan et al. 2022, Algorithm 1, block
+verification (Sun et al. 2024) and the drafter-invariant rule (Daliri et al. 2024), one request
+and one position at a time. It is slow on purpose
 and shares no code with the tensor version apart from the argument handling, so tests can hold
 the compiled sampler to it bit for bit, given the same uniforms and exponentials. Not for
 production use.
@@ -140,6 +141,17 @@ def _tokenwise_request(
     return emitted + [draw(p(len(drafts)), noise)]  # every draft accepted: the bonus token
 
 
+def _drafter_invariant_request(p, drafts: list[int], noise: torch.Tensor) -> list[int]:
+    """The drafter-invariant rule for one request: at each position i the target's own choice
+    is the race of p(i) with the position's noise row; keep the drafts while they equal it,
+    then emit the choice at the first mismatch (or after the last draft)."""
+    for i, x in enumerate(drafts):
+        choice = draw(p(i), noise[i])
+        if x != choice:
+            return drafts[:i] + [choice]
+    return drafts + [draw(p(len(drafts)), noise[len(drafts)])]
+
+
 def rejection_sample(
     target_logits: torch.Tensor,
     draft_token_ids: torch.Tensor,
@@ -148,7 +160,7 @@ def rejection_sample(
     temperature,
     top_k,
     top_p,
-    uniforms: torch.Tensor,
+    uniforms: torch.Tensor | None,
     exponentials: torch.Tensor,
     method: str = "standard",
     num_draft_tokens: torch.Tensor | None = None,
@@ -170,9 +182,11 @@ def rejection_sample(
         probs = None if draft_probs is None else draft_probs[b]
         p, q = _request_laws(target_logits[b], probs, drafts, t, k, top_p_b)
         noise = exponentials[b].cpu()
+        if method == "drafter_invariant":  # noise: one row per position, [K+1, V]
+            emitted = _drafter_invariant_request(p, drafts, noise)
         # Block verification with a one-hot draft or a greedy target accepts exactly as the
         # token-wise rule does; the tensor version runs that rule then, and so does this one.
-        if method == "block" and draft_probs is not None and t > 0:
+        elif method == "block" and draft_probs is not None and t > 0:
             emitted = _block_request(p, q, drafts, uniforms[b].tolist(), noise)
         else:
             emitted = _tokenwise_request(p, q, drafts, uniforms[b], t, method, noise)

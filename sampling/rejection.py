@@ -25,6 +25,18 @@ Same noise as the standard rule: the uniforms [B, K] and one Exp(1) race for the
 It accepts at least as many drafts in expectation, and exactly as many for one-hot drafts or a
 greedy target, where the token-wise rule runs instead.
 
+method="drafter_invariant" (Daliri et al. 2024, "Coupling without communication and
+drafter-invariant speculative decoding") couples draft and target through shared noise instead:
+1. the target's choice at each row i is the exponential race y_i = argmax_x p_i(x) / E_i(x),
+   with exponentials [B, K+1, V], one Exp(1) row per position (the draft is expected to have
+   proposed x_i = argmax_x q_i(x) / E_i(x) with the same rows, but any drafts are exact);
+2. n = the number of drafts before the first x_i != y_i;
+3. emit x_1..x_n, then y_{n+1}: the corrective token after a mismatch, the bonus after none.
+Every emitted token is the target's own race at its position, so given E the output does not
+depend on the drafts at all: with E_t keyed by the position t, it is the K = 0 output. No
+uniforms are read. Acceptance is P(argmax p / E = argmax q / E), at least (1 - d) / (1 + d) for
+the total-variation distance d (Daliri et al.), below the token-wise rule's 1 - d.
+
 Rows with fewer drafts (``num_draft_tokens``) are exact for every method: a missing draft is
 a stop token the target never emits, so nothing past it is accepted and the round ends there
 with a draw from the target's own row.
@@ -45,6 +57,8 @@ import torch.nn.functional as F
 
 from sampling.constraints import (
     RowConstraints,
+    check_noise_and_logits,
+    distribution,
     filtered_logits,
     jit,
     log_normalizer,
@@ -53,9 +67,10 @@ from sampling.constraints import (
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 
 PLACEHOLDER_TOKEN_ID = -1
-# "block" judges the drafted block as a whole (Sun et al. 2024); "naive" is the wrong rule,
-# kept to show its bias. The decode loop's configuration takes its list of names from here.
-REJECTION_SAMPLE_METHODS = ("standard", "block", "naive")
+# "block" judges the drafted block as a whole (Sun et al. 2024); "drafter_invariant" keeps a draft
+# while it equals the target's own exponential race (Daliri et al. 2024); "naive" is the wrong
+# rule, kept to show its bias. The decode loop's configuration takes its list of names from here.
+REJECTION_SAMPLE_METHODS = ("standard", "block", "drafter_invariant", "naive")
 
 
 class RejectionOutput(NamedTuple):
@@ -286,15 +301,19 @@ def _rejection_core(
     temperature: torch.Tensor,
     top_k: torch.Tensor | None,
     top_p: torch.Tensor | None,
-    uniforms: torch.Tensor,
+    uniforms: torch.Tensor | None,
     exponentials: torch.Tensor,
     num_draft_tokens: torch.Tensor | None,
     method: str,
 ) -> RejectionOutput:
     """Algorithm 1 for the whole batch, top to bottom: read the drafts and p, test each draft
     (step 1), count the accepted prefix n (step 2), draw the corrective or bonus token from row
-    n (step 3), and lay out the output. Greedy rows ride along, picked per row by torch.where."""
+    n (step 3), and lay out the output. Greedy rows ride along, picked per row by torch.where.
+    drafter_invariant has its own steps (``_drafter_invariant``)."""
     drafts = _read_drafts(draft_token_ids, num_draft_tokens)
+    if method == "drafter_invariant":
+        constraints = RowConstraints(temperature, top_k, top_p)
+        return _drafter_invariant(target_logits, constraints, drafts, exponentials)
     greedy = temperature == 0
     target = _read_target(
         target_logits, RowConstraints(temperature, top_k, top_p), draft_token_ids.shape[1]
@@ -313,6 +332,21 @@ def _rejection_core(
         target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, method
     )
     return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
+
+
+def _drafter_invariant(
+    target_logits: torch.Tensor, constraints: RowConstraints, drafts: _Drafts, exponentials
+) -> RejectionOutput:
+    """method="drafter_invariant": the target's race y_i = argmax p_i / E_i at every row, each
+    computed as a K = 0 round computes its token (``sampling.sample``: ``distribution``, then
+    ``race``); the drafts are kept while they equal it, and y_{n+1} follows. A greedy row's
+    distribution is one-hot at its argmax, so it races to the argmax."""
+    choice = race(distribution(target_logits, constraints), exponentials)  # [B, K+1]
+    accepted = drafts.ids == choice[:, :-1]
+    if drafts.real is not None:
+        accepted &= drafts.real
+    n = _prefix_length(accepted)
+    return RejectionOutput(_emitted(drafts.ids, n, choice.gather(1, n[:, None])[:, 0]), n)
 
 
 @cache
@@ -425,14 +459,53 @@ def _validate(
         _check_draft_values(draft_token_ids, num_draft_tokens, target_logits.shape[-1])
 
 
-def _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials) -> None:
-    """draft_probs [B, K, V], uniforms [B, K] and exponentials [B, V]: each None or a float
-    tensor of that shape on the logits' device."""
+def exponentials_shape(method: str, batch_size: int, num_drafts: int, vocab_size: int) -> tuple:
+    """[B, V]: one race per request, for the corrective or bonus token; drafter_invariant races
+    at every position, [B, K+1, V]."""
+    if method == "drafter_invariant":
+        return (batch_size, num_drafts + 1, vocab_size)
+    return (batch_size, vocab_size)
+
+
+def _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method) -> None:
+    """draft_probs [B, K, V], uniforms [B, K] and exponentials (``exponentials_shape``): each
+    None or a float tensor of that shape on the logits' device."""
     batch_size, rows, vocab_size = target_logits.shape
     device, num_drafts = target_logits.device, rows - 1
     _check_float_tensor("draft_probs", draft_probs, (batch_size, num_drafts, vocab_size), device)
     _check_float_tensor("uniforms", uniforms, (batch_size, num_drafts), device)
-    _check_float_tensor("exponentials", exponentials, (batch_size, vocab_size), device)
+    shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
+    _check_float_tensor("exponentials", exponentials, shape, device)
+
+
+# How far a draft_probs row's sum may stray from 1: float32 rounding over a 128k vocabulary
+# stays far below it, a distribution that is not one (unnormalised weights, a mask) far above.
+PROBABILITY_SUM_TOLERANCE = 1e-3
+
+
+def _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_tokens) -> None:
+    """The values the rule would silently misread: NaN or +inf logits (filtering turns them
+    into NaN probabilities, and a race over NaN picks token 0); draft_probs at real drafts that
+    are NaN, negative or do not sum to 1; uniforms outside [0, 1); exponentials below 0 or NaN.
+    Reads every value: CPU tensors only, with check_values."""
+    check_noise_and_logits(target_logits, exponentials, "target_logits")
+    if draft_probs is not None:
+        rows = draft_probs
+        if num_draft_tokens is not None:  # rows past a row's last draft are never read
+            position = torch.arange(draft_probs.shape[1])
+            rows = draft_probs[position < num_draft_tokens[:, None]]
+        if bool((rows.isnan() | (rows < 0)).any()):
+            raise ValueError("draft_probs must be probabilities: no NaN, none below 0")
+        sums = rows.double().sum(dim=-1).flatten()
+        if sums.numel():
+            worst = float(sums[(sums - 1).abs().argmax()])
+            if abs(worst - 1) > PROBABILITY_SUM_TOLERANCE:
+                raise ValueError(
+                    f"draft_probs must sum to 1 over the vocabulary at every draft, "
+                    f"got a row summing to {worst:.6g}"
+                )
+    if uniforms is not None and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
+        raise ValueError("uniforms must lie in [0, 1)")
 
 
 def _effective_method(method: str, draft_probs: torch.Tensor | None, temperature) -> str:
@@ -467,32 +540,37 @@ def rejection_sample(
     target_logits [B, K+1, V] (raw), draft_token_ids int64 [B, K], draft_probs [B, K, V] exactly
     as the drafts were drawn (None: a one-hot, greedy draft). temperature / top_k / top_p: a
     scalar or a [B] tensor each. uniforms float64 [B, K] and exponentials float32 [B, V] are the
-    randomness; each is drawn from ``generator`` when None. ``method``: one of
+    randomness (drafter_invariant: no uniforms, exponentials [B, K+1, V], one row per position);
+    each is drawn from ``generator`` when None. ``method``: one of
     REJECTION_SAMPLE_METHODS. ``num_draft_tokens`` int64 [B] (None: K each) gives rows with
     fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never read. L_b may depend on
     the drafts and on anything before this call, but not on this call's uniforms.
     ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` skips reading
-    tensor arguments' values (the draft-id range, per-row parameters) for a caller that
-    validated them once, like the decode loop, whose ids come from an argmax or a sample over
-    the same V. Returns token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
+    tensor arguments' values (the draft-id range, per-row parameters, NaN logits, draft_probs
+    that are not distributions, noise out of range) for a caller that validated them once,
+    like the decode loop, whose ids come from an argmax or a sample over the same V. Returns
+    token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
     _validate(target_logits, draft_token_ids, num_draft_tokens, method, check_values)
-    _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials)
+    _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method)
     batch_size, num_drafts = draft_token_ids.shape
     vocab_size, device = target_logits.shape[-1], target_logits.device
+    if check_values and device.type == "cpu":
+        _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_tokens)
     method = _effective_method(method, draft_probs, temperature)
     params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
-    if uniforms is None:
+    if uniforms is None and method != "drafter_invariant":  # it reads none
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
     if exponentials is None:
-        exponentials = draw_exponentials((batch_size, vocab_size), generator, device)
+        shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
+        exponentials = draw_exponentials(shape, generator, device)
     core = _rejection_compiled() if compiled else _rejection_core
     return core(
         target_logits,
         draft_token_ids,
         draft_probs,
         *params,
-        uniforms.double(),
+        None if uniforms is None else uniforms.double(),
         exponentials.float(),
         num_draft_tokens,
         method,

@@ -139,6 +139,7 @@ def test_greedy_ignores_q_and_the_randomness():
     argmaxes, drafts = [[4, 1, 6, 2], [0, 0, 0, 0]], [[4, 1, 5], [3, 0, 0]]
     q = torch.softmax(torch.randn(2, K, 7, generator=torch.Generator().manual_seed(3)), -1)
     q[0, 2, 5] = 0.0  # even q(x) = 0 does not matter: the rule is argmax equality
+    q /= q.sum(-1, keepdim=True)  # (a distribution still: the sampler refuses anything else)
     assert torch.equal(_greedy(argmaxes, drafts, q).token_ids, _greedy(argmaxes, drafts).token_ids)
 
 

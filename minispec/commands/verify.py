@@ -16,7 +16,8 @@
    accepted drafts is 10/9 token-wise, 11/9 with block verification and 12/9 at the optimum,
    exact rationals from enumerating every draft block (sampling.exact_law); the first two are
    also simulated through the compiled sampler, and the first token of a round must follow Mb.
-4. Both rules through the decode loop, where each round's noise must be fresh: a tiny random
+4. The exact rules (standard, block, drafter_invariant) through the decode loop, where a
+   round may not reuse a number an earlier round's kept outcome depended on: a tiny random
    target (V = 5) and a draft close to it, prompt [1, 3], K = 3, T = 1, probabilistic drafts,
    --loop-rows rows with their own seeds, 3 new tokens each. The empirical law of the 125
    sequences against the target's, enumerated from its conditionals, by a chi-square over
@@ -268,11 +269,11 @@ def through_the_loop(rows: int, seed: int, verdict: Verdict) -> None:
         f"{list(LOOP_PROMPT)}, K = {LOOP_K}, T = 1,\n   {rows:,} seeded rows of {LOOP_NEW} new "
         f"tokens; chi-square of the {LOOP_VOCAB**LOOP_NEW} sequences against the target's law\n"
     )
-    print(f"{'method':<10} {'accept':>7} {'chi2':>8} {'df':>4} {'p':>9}")
+    print(f"{'method':<17} {'accept':>7} {'chi2':>8} {'df':>4} {'p':>9}")
     target, draft = close_pair(seed + 3)
     law = loop_law(target)
     decoder = SpeculativeDecoder(target, draft, compile=False)
-    for method in ("standard", "block"):
+    for method in ("standard", "block", "drafter_invariant"):
         params = [
             SamplingParams(1.0, seed=seed * rows + i, max_new_tokens=LOOP_NEW) for i in range(rows)
         ]
@@ -284,13 +285,14 @@ def through_the_loop(rows: int, seed: int, verdict: Verdict) -> None:
         if not ok:
             verdict.failures.append(f"{method} through the loop: chi2 {stat:.1f} / {df}")
         print(
-            f"{method:<10} {out.stats.accepted / out.stats.drafted:7.4f} {stat:8.1f} {df:4d} "
+            f"{method:<17} {out.stats.accepted / out.stats.drafted:7.4f} {stat:8.1f} {df:4d} "
             f"{p_value:9.3g}{'' if ok else '  <- off'}"
         )
     print(
-        "\nEvery round draws fresh numbers (minispec/rng.py): block keeps the LAST passing "
-        "position,\nso the uniforms and drafts past it are conditioned on what it kept, and no "
-        "later round may read them."
+        "\nEvery standard or block round draws fresh numbers (minispec/rng.py): block keeps the "
+        "LAST\npassing position, so the uniforms and drafts past it are conditioned on what it "
+        "kept, and no\nlater round may read them. drafter_invariant's token at position t is the "
+        "target's race with\nnoise keyed by t alone: the K = 0 token of that seed."
     )
 
 
