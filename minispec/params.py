@@ -44,10 +44,9 @@ class SamplingParams:
     tokens may round differently in a (K+1)-token forward, a batch, or a compiled graph):
     - "drafter_invariant": the seed fixes the tokens, those K = 0 gives with it, for every K,
       "auto", proposer and batch, eager or compiled, up to float rounding;
-    - "standard", "block": the seed fixes the tokens for a fixed K and the draft_model, ngram or
-      suffix proposer, in any batch, up to float rounding. Under K = "auto" or the hybrid
-      proposer, the rounds follow measured round times and the tokens follow the rounds: the
-      same seed can give other tokens on another run.
+    - "standard", "block": the seed fixes the tokens for a fixed K and proposer, in any batch,
+      up to float rounding. Under K = "auto" the rounds follow measured round times and the
+      tokens follow the rounds: the same seed can give other tokens on another run.
     Temperature 0 gives the K = 0 tokens under every method, up to float rounding.
     """
 

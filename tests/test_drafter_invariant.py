@@ -184,7 +184,6 @@ def decoder() -> SpeculativeDecoder:
         compile=False,
         eos_token_id=EOS,
         suffix_index=SuffixIndex.build(torch.tensor(written).numpy(), min_match=2),
-        hybrid_threshold=2,
     )
 
 

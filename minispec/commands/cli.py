@@ -98,7 +98,7 @@ def decode_parser() -> argparse.ArgumentParser:
         default=0,
         help="request i uses seed + i. Under drafter_invariant a seed fixes the text (the -k 0 "
         "text, for any -k, --proposer or batch); under standard and block, only for a fixed -k "
-        "and a proposer other than hybrid (-k auto follows measured round times)",
+        "(-k auto follows measured round times)",
     )
     p.add_argument("--max-new-tokens", type=integer(), default=200)
     p.add_argument(
