@@ -174,13 +174,15 @@ class SpeculativeDecoder:
     ) -> None:
         """`compile`: True, torch.compile each round graph; "aot", on the CPU, compile each one
         ahead of time into a package on disk that later processes load, which starts faster
-        (minispec/compiled.py; on CUDA, as True); False, run eagerly.
+        (minispec/compiled.py; on CUDA, as True); "auto", on the CPU, run each round eagerly
+        while a background process builds its package, which takes over once built
+        (minispec/tiers.py; on CUDA, as True); False, run eagerly.
 
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only, as they do for an id past the vocabulary:
         the byte tokenizer's default with a tiny test vocabulary)."""
-        if compile not in (True, False, "aot"):
-            raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
+        if compile not in (True, False, "aot", "auto"):
+            raise ValueError(f'compile must be True, False, "aot" or "auto", got {compile!r}')
         if eos_token_id is not None and (
             isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
         ):
