@@ -138,7 +138,6 @@ def build_queue(folder: Path) -> None:
 def main(argv: list[str]) -> int:
     """Build the folder's queue under its lock; exit at once if another builder holds it."""
     folder = Path(argv[0])
-    os.nice(NICENESS)
     with open(folder / "builder.lock", "a") as lock:
         while True:
             try:
@@ -152,4 +151,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    os.nice(NICENESS)
     sys.exit(main(sys.argv[1:]))
