@@ -298,7 +298,7 @@ class AheadOfTime:
         todo = [(p, kw) for p, kw in siblings if not p.exists() and p not in self.requested]
         if not todo:
             return
-        widths = tuple(kw["num_speculative_tokens"] for _, kw in todo if len(todo) > 1)
+        widths = tuple(sorted(kw["num_speculative_tokens"] for _, kw in todo if len(todo) > 1))
         try:
             tiers.request_build(self, buffers, tree_unflatten(leaves, spec), todo)
         except OSError as error:

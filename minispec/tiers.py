@@ -34,7 +34,13 @@ from pathlib import Path
 import torch
 from torch.utils._pytree import tree_flatten
 
-from minispec.compiled import AheadOfTime, check_package, remove_package, source_hash
+from minispec.compiled import (
+    AheadOfTime,
+    check_package,
+    quiet_treespecs,
+    remove_package,
+    source_hash,
+)
 
 ROOT = Path(__file__).resolve().parent.parent  # what the builder imports minispec from
 NICENESS = 10  # below the decoding process, which runs at the default 0
@@ -107,7 +113,8 @@ def build_request(folder: Path, request_path: Path) -> None:
     """Build every package of one request that is not on disk (or fails its check). A request
     from other code (minispec's source or torch changed since) is dropped: its packages' names
     would not say what they hold."""
-    request = torch.load(request_path, weights_only=False)  # written by a run, for us
+    with quiet_treespecs():
+        request = torch.load(request_path, weights_only=False)  # written by a run, for us
     if (request["source"], request["torch"]) != (source_hash(), torch.__version__):
         print(f"dropped {request_path.name}: written by other code", flush=True)
         return
