@@ -387,7 +387,7 @@ class AheadOfTime:
     def build(self, path: Path, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
         """Export fn for these inputs, compile it into the package `path`, and write its .spec
         (the outputs' structure) and its manifest (checksum, build time) beside it."""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         out_specs = []  # the outputs' structure, known once traced
 
         def flat_fn(*args) -> list[torch.Tensor]:
@@ -409,8 +409,8 @@ class AheadOfTime:
         try:
             compile_package(program, Path(f"{temp}.pt2"), self.options)
             Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
-            seconds = time.perf_counter() - start
-            write_manifest(Path(f"{temp}.pt2"), Path(f"{temp}.spec"), seconds)
+            times = time.perf_counter() - start, cpu_seconds() - cpu_start
+            write_manifest(Path(f"{temp}.pt2"), Path(f"{temp}.spec"), *times)
             for suffix in (".spec", ".json", ".pt2"):
                 os.replace(f"{temp}{suffix}", path.with_suffix(suffix))
         finally:
@@ -475,10 +475,18 @@ def package_digest(package: Path, spec: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(package: Path, spec: Path, seconds: float) -> None:
-    """Beside the package (same name, .json): its checksum and how long it took to build."""
+def write_manifest(package: Path, spec: Path, seconds: float, cpu: float) -> None:
+    """Beside the package (same name, .json): its checksum and how long it took to build, in
+    wall seconds and in CPU seconds (the C++ compiler's included)."""
     manifest = {"sha256": package_digest(package, spec), "seconds": round(seconds, 1)}
+    manifest["cpu_seconds"] = round(cpu, 1)
     package.with_suffix(".json").write_text(json.dumps(manifest))
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the C++ compiler)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def read_manifest(package: Path) -> dict:
