@@ -21,8 +21,8 @@ def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id) -> None
         if not (isinstance(model, GPT) or (name == "draft" and model is None)):
             kind = "a GPT" + (" or None" if name == "draft" else "")
             raise TypeError(f"{name} must be {kind}, got {type(model).__name__}")
-    if compile not in (True, False, "aot"):
-        raise ValueError(f'compile must be True, False or "aot", got {compile!r}')
+    if compile not in (True, False, "aot", "auto"):
+        raise ValueError(f'compile must be True, False, "aot" or "auto", got {compile!r}')
     if eos_token_id is not None and (
         isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
     ):

@@ -14,9 +14,11 @@ would trace the function again with Dynamo (seconds per graph, even with Inducto
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import sys
+import tempfile
 import time
 import warnings
 from contextlib import contextmanager, suppress
@@ -44,13 +46,11 @@ def describe(args: tuple, kwargs: dict) -> tuple:
 
 
 class Announced:
-    """Call `fn` (compiled or not); when `announce` is set, report the first call of each key."""
+    """Call `fn` (compiled or not); when `announce` is set, say in one line when a call compiles
+    a graph, and how long it took. An AheadOfTime `fn` announces for itself (it knows whether a
+    call built, loaded or ran eagerly) and says whether its last call compiled."""
 
     seen: set[tuple] = set()  # shared: a graph compiled for one decoder serves the next
-    # Said once, just before the first graph compiles: after the input was validated, so that
-    # bad input stays a single error line.
-    header = "warming up: compiling the decode graphs (cached on disk after the first run)"
-    header_shown = False
 
     def __init__(
         self,
@@ -61,10 +61,8 @@ class Announced:
         seen: set[tuple] | None = None,
     ) -> None:
         self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
-        # Whether the last call compiled a new graph: its time is compile time, not a round's.
+        # Whether the last call compiled or loaded a graph: its time is not a round's.
         self.compiled_last = False
-        # The keys already compiled. An AheadOfTime callable brings its own, empty set: each one
-        # exports or loads its packages on its first call per key, whatever other decoders did.
         self.seen = Announced.seen if seen is None else seen
 
     @property
@@ -72,25 +70,19 @@ class Announced:
         return self.announce  # compiled graphs are announced; eager code is not
 
     def __call__(self, *args, **kwargs):
-        # The wrapped callable may say what makes a graph (AheadOfTime: the models' buffers too).
-        key = (self.name, *getattr(self.fn, "graph_key", describe)(args, kwargs))
+        if isinstance(self.fn, AheadOfTime):
+            out = self.fn(*args, **kwargs)
+            self.compiled_last = self.fn.compiled_last
+            return out
+        key = (self.name, *describe(args, kwargs))
         self.compiled_last = self.announce and key not in self.seen
         if not self.compiled_last:
             return self.run(*args, **kwargs)
-        if not Announced.header_shown:
-            print(Announced.header, file=sys.stderr, flush=True)
-            Announced.header_shown = True
-        on_disk = getattr(self.fn, "on_disk", lambda *_: False)(args, kwargs)
-        verb = "loading" if on_disk else "compiling"
-        print(
-            f"  {verb} {self.name} [{' '.join(describe(args, kwargs))}] ...",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
+        what = in_words(self.name, args, kwargs)
+        print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
         start = time.perf_counter()
         out = self.run(*args, **kwargs)
-        print(f" {time.perf_counter() - start:.1f}s", file=sys.stderr, flush=True)
+        print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
         self.seen.add(key)
         return out
 
@@ -105,6 +97,26 @@ class Announced:
         )
 
 
+def in_words(name: str, args: tuple, kwargs: dict, widths: tuple[int, ...] = ()) -> str:
+    """A graph as a user knows it, e.g. "round, B = 1, K = 4, draft model, greedy drafts";
+    `widths`: several graphs that differ only in K ("K = 0, 2, 4, 8")."""
+    kind, _, proposer = name.partition("[")
+    words = [kind]
+    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor) and t.dim()]
+    if tensors:
+        words.append(f"B = {tensors[0].shape[0]}")
+    if "num_speculative_tokens" in kwargs:
+        k = ", ".join(map(str, widths or (kwargs["num_speculative_tokens"],)))
+        words.append(f"K = {k}")
+    if proposer and max(widths or (kwargs.get("num_speculative_tokens", 1),)):
+        words.append(proposer.rstrip("]").replace("_", " "))
+        if kwargs.get("draft_sample_method"):
+            words.append(f"{kwargs['draft_sample_method']} drafts")
+        if kwargs.get("rejection_sample_method", "standard") != "standard":
+            words.append(f"{kwargs['rejection_sample_method']} verification")
+    return ", ".join(words)
+
+
 def compile_fn(
     fn: Callable,
     name: str,
@@ -114,15 +126,17 @@ def compile_fn(
     identity: str = "",
 ) -> Announced:
     """fullgraph, static shapes, sampling/'s Inductor options; on CUDA, CUDA graphs (one replay
-    per call, as mode="reduce-overhead"). enabled="aot" on the CPU: AheadOfTime packages, where
-    `models` holds every module fn runs and `identity` names what else fn bakes in (see
-    AheadOfTime); on CUDA, "aot" compiles as True does."""
+    per call, as mode="reduce-overhead"). On the CPU, enabled="aot": AheadOfTime packages,
+    compiled on first use; enabled="auto": the same packages, built by a background process
+    while the calls run eagerly (minispec/tiers.py). `models` holds every module fn runs and
+    `identity` names what else fn bakes in (see AheadOfTime). On CUDA, "aot" and "auto"
+    compile as True does."""
     if not enabled:
         return Announced(fn, name, announce=False)
     cuda = device.type == "cuda"
-    if enabled == "aot" and not cuda:
-        aot = AheadOfTime(fn, models, f"{name} {identity}", aot_folder())
-        return Announced(aot, name, announce=True, seen=set())
+    if enabled in ("aot", "auto") and not cuda:
+        aot = AheadOfTime(fn, models, f"{name} {identity}", aot_folder(), name, enabled == "auto")
+        return Announced(aot, name, announce=True)
     compiled = jit(fn, **({"triton.cudagraphs": True} if cuda else {}))
     return Announced(compiled, name, announce=True, cuda_graphs=cuda)
 
@@ -179,17 +193,42 @@ class Flattened(torch.nn.Module):
             return tuple(self.fn(*tree_unflatten(leaves, self.spec)))
 
 
-class AheadOfTime:
-    """fn as one AOTInductor package per graph: exported and compiled on a graph's first call in
-    any process, loaded from `folder` in later ones. A package's file name hashes everything
-    its code depends on (see package_name), so a changed model, option or source file makes a
-    new package rather than loading a stale one. Positional arguments are pytrees of tensors
-    (and Nones); keyword arguments are static, baked into the graph."""
+# Freezing prepacks the weights for the CPU's GEMM: a round of K = 4 on the shipped pair took
+# 10.2 ms against 13.3 ms with the weights as inputs.
+PACKAGE_OPTIONS = {**COMPILE_OPTIONS["options"], "freezing": True}
 
-    def __init__(self, fn: Callable, models: torch.nn.Module, identity: str, folder: Path) -> None:
+
+class AheadOfTime:
+    """fn as one AOTInductor package per graph, kept in `folder` and loaded by later processes.
+    A package's file name hashes everything its code depends on (see package_name), so a
+    changed model, option or source file makes a new package rather than loading a stale one.
+    Positional arguments are pytrees of tensors (and Nones); keyword arguments are static,
+    baked into the graph.
+
+    In the foreground (background=False) a graph's first call exports and compiles its package
+    and then runs it. In the background, a graph whose package is not on disk runs eagerly
+    while a separate process builds the package (minispec/tiers.py); each later call checks
+    for it (one stat) and the package takes over once it is there. A package that fails its
+    check (check_package) is removed, rebuilt, and said so in one line; an unwritable folder
+    is said in one line too, and the calls then run eagerly."""
+
+    def __init__(
+        self,
+        fn: Callable,
+        models: torch.nn.Module,
+        identity: str,
+        folder: Path,
+        name: str = "",
+        background: bool = False,
+    ) -> None:
         self.fn, self.models, self.identity, self.folder = fn, models, identity, folder
+        self.name, self.background, self.options = name, background, dict(PACKAGE_OPTIONS)
         self.packages: dict[tuple, tuple[Callable, TreeSpec]] = {}  # per graph key
         self.exports = 0  # packages this object exported and compiled (loaded ones not counted)
+        self.waiting: dict[tuple, Path] = {}  # background: each graph's package, once asked
+        self.requested: set[Path] = set()  # background: the packages asked of a builder
+        self.compiled_last = False  # whether the last call compiled or loaded its package
+        self.unwritable: str | None = None  # why the folder cannot be written; then eager
         self.digest: str | None = None  # weights_digest, once taken
         self.current_buffers: dict[str, torch.Tensor] = {}
         self.buffer_shapes: tuple = ()  # (name, shape) of each of current_buffers
@@ -199,12 +238,92 @@ class AheadOfTime:
         buffers = self.buffers()
         leaves, spec = tree_flatten(args)
         key = self.key_of(leaves, kwargs)
-        if key not in self.packages:
+        self.compiled_last = False
+        if key not in self.packages and self.unwritable is None:
+            find = self.background_package if self.background else self.foreground_package
             with quiet_treespecs():
-                self.packages[key] = self.package(buffers, leaves, spec, kwargs)
+                package = find(key, buffers, leaves, spec, kwargs)
+            if package is None:
+                return self.fn(*args, **kwargs)  # the eager tier
+            self.packages[key] = package
+            self.compiled_last = True
+        if key not in self.packages:
+            return self.fn(*args, **kwargs)
         run, out_spec = self.packages[key]
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
         return tree_unflatten(run([*buffers.values(), *tensors]), out_spec)
+
+    def foreground_package(
+        self, key: tuple, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict
+    ) -> tuple[Callable, TreeSpec] | None:
+        """The graph's package, loaded, or else compiled here and now (announced, timed)."""
+        path = self.paths([*buffers.values(), *leaves], spec, kwargs)[0]
+        if path.exists() and (package := self.load(path)) is not None:
+            return package
+        if self.cannot_write():
+            return None
+        what = in_words(self.name, tree_unflatten(leaves, spec), kwargs)
+        print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        self.build(path, buffers, leaves, spec, kwargs)
+        print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        return self.load(path)
+
+    def background_package(
+        self, key: tuple, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict
+    ) -> tuple[Callable, TreeSpec] | None:
+        """The graph's package once it is on disk, else None (the call runs eagerly). The first
+        call of a graph whose package is missing asks a builder for it and for its siblings
+        (the other widths of an adaptive round), in the order the run needs them."""
+        path = self.waiting.get(key)
+        if path is None:
+            path = self.waiting[key] = self.paths([*buffers.values(), *leaves], spec, kwargs)[0]
+        if path.exists():
+            package = self.load(path)
+            if package is not None:
+                self.announce_ready(path, leaves, spec, kwargs)
+                return package
+            self.requested.discard(path)  # removed: build it again
+        if path not in self.requested and not self.cannot_write():
+            self.request(buffers, leaves, spec, kwargs)
+        return None
+
+    def request(self, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
+        """Queue this graph and its siblings not yet on disk for the builder (tiers.py), with
+        one line saying so; an unwritable folder is said instead, and the calls stay eager."""
+        from minispec import tiers  # tiers builds with this class: imported on first use
+
+        flat = [*buffers.values(), *leaves]
+        siblings = [(self.paths(flat, spec, kw)[0], kw) for kw in sibling_kwargs(kwargs)]
+        todo = [(p, kw) for p, kw in siblings if not p.exists() and p not in self.requested]
+        if not todo:
+            return
+        widths = tuple(sorted(kw["num_speculative_tokens"] for _, kw in todo if len(todo) > 1))
+        try:
+            tiers.request_build(self, buffers, tree_unflatten(leaves, spec), todo)
+        except OSError as error:
+            self.unwritable = error.strerror or str(error)
+            print(cache_off_line(self.folder, self.unwritable), file=sys.stderr, flush=True)
+            return
+        self.requested.update(p for p, _ in todo)
+        what = in_words(self.name, tree_unflatten(leaves, spec), todo[0][1], widths)
+        print(f"  compiling {what} in the background (eager until ready)", file=sys.stderr)
+
+    def announce_ready(self, path: Path, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
+        """One line when a package this object asked for takes over: what, and how long the
+        builder took."""
+        if path in self.requested:
+            seconds = read_manifest(path).get("seconds", 0.0)
+            what = in_words(self.name, tree_unflatten(leaves, spec), kwargs)
+            print(f"  {what}: compiled in {seconds:.0f} s, now in use", file=sys.stderr)
+
+    def cannot_write(self) -> bool:
+        """Whether the folder cannot be written (said once, in one line naming it)."""
+        if self.unwritable is None:
+            self.unwritable = unwritable(self.folder)
+            if self.unwritable is not None:
+                print(cache_off_line(self.folder, self.unwritable), file=sys.stderr, flush=True)
+        return self.unwritable is not None
 
     def buffers(self) -> dict[str, torch.Tensor]:
         """The models' buffers, the packages' first inputs. setup_cache replaces the KV cache
@@ -216,11 +335,6 @@ class AheadOfTime:
             self.buffer_shapes = tuple((n, b.shape) for n, b in self.current_buffers.items())
             self.buffers_version = version
         return self.current_buffers
-
-    def graph_key(self, args: tuple, kwargs: dict) -> tuple:
-        """key_of, for Announced, which asks before each call whether it builds a graph."""
-        self.buffers()  # refreshes buffer_shapes if setup_cache ran
-        return self.key_of(tree_leaves(args), kwargs)
 
     def key_of(self, leaves: list, kwargs: dict) -> tuple:
         """What tells this graph's package from another's: every input's shape and dtype (or
@@ -236,11 +350,6 @@ class AheadOfTime:
         )
         return inputs, statics, self.buffer_shapes
 
-    def on_disk(self, args: tuple, kwargs: dict) -> bool:
-        """Whether this graph's package was built before, by this process or another."""
-        leaves, spec = tree_flatten(args)
-        return self.paths([*self.buffers().values(), *leaves], spec, kwargs)[0].exists()
-
     def paths(self, flat: list, spec: TreeSpec, kwargs: dict) -> tuple[Path, Path]:
         """The graph's package and its outputs' structure, named by package_name."""
         name = self.package_name(flat, spec, kwargs)
@@ -249,8 +358,8 @@ class AheadOfTime:
     def package_name(self, flat: list, spec: TreeSpec, kwargs: dict) -> str:
         """The hash of what the compiled code depends on: the function and the models (identity,
         configs), every input's shape and dtype (or value, if not a tensor), the static
-        arguments, the thread count (which Inductor bakes into its parallel loops), torch's
-        version and minispec's source, and the weights it carries."""
+        arguments, Inductor's options, the thread count (which Inductor bakes into its parallel
+        loops), torch's version and minispec's source, and the weights it carries."""
         configs = [repr(getattr(m, "config", None)) for m in self.models.children()]
         inputs = [
             (tuple(x.shape), str(x.dtype), str(x.device)) if isinstance(x, torch.Tensor) else x
@@ -258,7 +367,8 @@ class AheadOfTime:
         ]
         text = repr(
             (self.identity, configs, self.weights_digest(), inputs, str(spec))
-            + (sorted(kwargs.items()), torch.get_num_threads(), torch.__version__, source_hash())
+            + (sorted(kwargs.items()), sorted(self.options.items()), torch.get_num_threads())
+            + (torch.__version__, source_hash())
         )
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -274,69 +384,175 @@ class AheadOfTime:
             self.digest = digest.hexdigest()
         return self.digest
 
-    def package(
-        self, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict
-    ) -> tuple[Callable, TreeSpec]:
-        """The graph's package, loaded from the folder or else exported, compiled and saved, as
-        a function of the flat input tensors, and its outputs' structure."""
-        path, spec_path = self.paths([*buffers.values(), *leaves], spec, kwargs)
-        if not path.exists():
-            # Imported here: only a process that compiles pays for Inductor's import.
-            from torch._inductor import aoti_compile_and_package
+    def build(self, path: Path, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
+        """Export fn for these inputs, compile it into the package `path`, and write its .spec
+        (the outputs' structure) and its manifest (checksum, build time) beside it."""
+        start, cpu_start = time.perf_counter(), cpu_seconds()
+        out_specs = []  # the outputs' structure, known once traced
 
-            out_specs = []  # the outputs' structure, known once traced
+        def flat_fn(*args) -> list[torch.Tensor]:
+            # Kept in a closure: export restores the module's attributes after tracing.
+            out, out_spec = tree_flatten(self.fn(*args, **kwargs))
+            out_specs.append(out_spec)
+            return out
 
-            def flat_fn(*args) -> list[torch.Tensor]:
-                # Kept in a closure: export restores the module's attributes after tracing.
-                out, out_spec = tree_flatten(self.fn(*args, **kwargs))
-                out_specs.append(out_spec)
-                return out
-
-            flattened = Flattened(flat_fn, self.models, list(buffers), leaves, spec)
-            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        flattened = Flattened(flat_fn, self.models, list(buffers), leaves, spec)
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        with quiet_treespecs():
             program = torch.export.export(flattened, (*buffers.values(), *tensors), strict=False)
-            self.exports += 1
-            self.folder.mkdir(parents=True, exist_ok=True)
-            # Written under a temporary name, then renamed: a process that stops half-way, or
-            # one that compiles the same graph at the same time, never leaves a torn package.
-            # The package is renamed last, so that its presence means its .spec is there too.
-            temp = path.with_suffix(f".{os.getpid()}.tmp")
-            aoti_compile_and_package(
-                program,
-                package_path=f"{temp}.pt2",
-                # Freezing prepacks the weights for the CPU's GEMM: a round of K = 4 on the
-                # shipped pair took 10.2 ms against 13.3 ms with the weights as inputs.
-                inductor_configs={**COMPILE_OPTIONS["options"], "freezing": True},
-            )
+        self.exports += 1
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # Written under temporary names, then renamed: a process that stops half-way, or one
+        # that compiles the same graph at the same time, never leaves a torn package. The
+        # package is renamed last, so that its presence means its .spec and manifest are there.
+        temp = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            compile_package(program, Path(f"{temp}.pt2"), self.options)
             Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
-            os.replace(f"{temp}.spec", spec_path)
-            os.replace(f"{temp}.pt2", path)
-            prune(self.folder)
-        os.utime(path)  # used now: prune keeps the packages used last
-        # AOTInductor's C++ loader, called directly: torch._inductor.aoti_load_package wraps the
-        # same object but imports Inductor and Dynamo first (about 1.5 s of a warm start), and
-        # its call adds a pytree round trip per round. Arguments: the model's name inside the
-        # package, one runner, not single-threaded, the default device.
-        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
-        return loader.boxed_run, pickle.loads(spec_path.read_bytes())
+            times = time.perf_counter() - start, cpu_seconds() - cpu_start
+            write_manifest(Path(f"{temp}.pt2"), Path(f"{temp}.spec"), *times)
+            for suffix in (".spec", ".json", ".pt2"):
+                os.replace(f"{temp}{suffix}", path.with_suffix(suffix))
+        finally:
+            for suffix in (".spec", ".json", ".pt2"):
+                Path(f"{temp}{suffix}").unlink(missing_ok=True)
+        prune(self.folder)
+
+    def load(self, path: Path) -> tuple[Callable, TreeSpec] | None:
+        """The package at `path` as a function of the flat input tensors, and its outputs'
+        structure; None, with the package removed and one line saying so, if it fails its
+        check or does not load."""
+        reason = check_package(path)
+        if reason is None:
+            try:
+                run = load_runner(path)
+                out_spec = pickle.loads(path.with_suffix(".spec").read_bytes())
+            except Exception as error:  # whatever a foreign file makes the loader raise
+                reason = f"does not load ({str(error).strip().splitlines()[0][:80]})"
+        if reason is not None:
+            remove_package(path)
+            print(f"  package {path} {reason}: removed, rebuilding it", file=sys.stderr)
+            return None
+        with suppress(OSError):  # a read-only folder still loads
+            os.utime(path)  # used now: prune keeps the packages used last
+        return run, out_spec
+
+
+def sibling_kwargs(kwargs: dict) -> list[dict]:
+    """The static arguments of the graphs a round with `kwargs` comes with: with an adaptive
+    configuration, one per width, this K first and then the nearest; else `kwargs` alone."""
+    adaptive = kwargs.get("adaptive")
+    k = kwargs.get("num_speculative_tokens")
+    if adaptive is None or k is None:
+        return [kwargs]
+    widths = sorted(adaptive.widths, key=lambda w: (abs(w - k), w))
+    return [{**kwargs, "num_speculative_tokens": w} for w in widths]
+
+
+def compile_package(program, package_path: Path, options: dict) -> None:
+    """AOTInductor: the exported program as C++, compiled into a package at package_path.
+    Imported here: only a process that compiles pays for Inductor's import."""
+    from torch._inductor import aoti_compile_and_package
+
+    aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=options)
+
+
+def load_runner(path: Path) -> Callable:
+    """The package's model, run by AOTInductor's C++ loader, called directly:
+    torch._inductor.aoti_load_package wraps the same object but imports Inductor and Dynamo
+    first (about 1.5 s of a warm start), and its call adds a pytree round trip per round.
+    Arguments: the model's name inside the package, one runner, not single-threaded, the
+    default device."""
+    return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1).boxed_run
+
+
+def package_digest(package: Path, spec: Path) -> str:
+    """sha256 of a package and its .spec (about 0.06 s for 50 MB)."""
+    digest = hashlib.sha256()
+    for part in (package, spec):
+        with open(part, "rb") as f:
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
+
+
+def write_manifest(package: Path, spec: Path, seconds: float, cpu: float) -> None:
+    """Beside the package (same name, .json): its checksum and how long it took to build, in
+    wall seconds and in CPU seconds (the C++ compiler's included)."""
+    manifest = {"sha256": package_digest(package, spec), "seconds": round(seconds, 1)}
+    manifest["cpu_seconds"] = round(cpu, 1)
+    package.with_suffix(".json").write_text(json.dumps(manifest))
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended (the C++ compiler)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def read_manifest(package: Path) -> dict:
+    """The package's manifest; {} if missing or unreadable."""
+    try:
+        manifest = json.loads(package.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def check_package(package: Path) -> str | None:
+    """Why the package must not be loaded (a corrupt, truncated or empty file, a .spec or
+    manifest missing or changed), or None: its checksum matches the one written with it."""
+    expected = read_manifest(package).get("sha256")
+    if expected is None:
+        return "has no readable checksum"
+    try:
+        actual = package_digest(package, package.with_suffix(".spec"))
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    return None if actual == expected else "does not match its checksum (corrupt or truncated)"
+
+
+def remove_package(package: Path) -> None:
+    for suffix in (".pt2", ".spec", ".json"):
+        with suppress(OSError):
+            package.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why files cannot be created in `folder` (made if missing), or None if they can."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def cache_off_line(folder: Path, reason: str) -> str:
+    return f"  cannot write the package cache {folder} ({reason}): running eagerly, uncached"
 
 
 # Every code change or other checkpoint makes new packages (about 50 MB each for the shipped
 # pair) and leaves the old ones unused: the folder keeps the ones used last.
 KEEP_PACKAGES = 64
+# A temporary file this old belongs to a build that died: a build takes minutes, not an hour.
+STALE_SECONDS = 3600
 
 
-def prune(folder: Path, keep: int = KEEP_PACKAGES) -> None:
+def prune(folder: Path, keep: int = KEEP_PACKAGES, stale: float = STALE_SECONDS) -> None:
     """Delete all but the `keep` packages used last (a load touches its package), with their
-    .spec files. A package another process is loading stays readable: it holds the file open."""
-    used = {}
-    for package in folder.glob("*.pt2"):
+    .spec and manifest, and the temporary files of builds that died (older than `stale`
+    seconds). A package another process is loading stays readable: it holds the file open."""
+    used, now = {}, time.time()
+    for path in folder.glob("*"):
         with suppress(FileNotFoundError):  # another process pruned it first
-            if ".tmp" not in package.name:  # never one still being written
-                used[package] = package.stat().st_mtime
+            if ".tmp" in path.name:
+                if now - path.stat().st_mtime > stale:
+                    path.unlink(missing_ok=True)
+            elif path.suffix == ".pt2":
+                used[path] = path.stat().st_mtime
     for old in sorted(used, key=used.get, reverse=True)[keep:]:
-        old.with_suffix(".spec").unlink(missing_ok=True)
-        old.unlink(missing_ok=True)
+        remove_package(old)
 
 
 @contextmanager

@@ -81,8 +81,10 @@ class SpeculativeDecoder:
         eos_token_id: int | None = EOS_TOKEN_ID,
     ) -> None:
         """`compile`: True, torch.compile each round graph; "aot", on the CPU, compile each one
-        ahead of time into a package on disk that later processes load (minispec/compiled.py;
-        on CUDA, as True); False, run eagerly.
+        ahead of time into a package on disk that later processes load, which starts faster
+        (minispec/compiled.py; on CUDA, as True); "auto", on the CPU, run each round eagerly
+        while a background process builds its package, which takes over once built
+        (minispec/tiers.py; on CUDA, as True); False, run eagerly.
 
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only)."""

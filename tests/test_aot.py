@@ -4,13 +4,14 @@ decoder loads the packages from disk instead of exporting and compiling them aga
 weights differ (a package carries its weights, frozen).
 
 Compiling a package costs a minute or more even for these tiny models, so the test compiles
-one graph once ("auto" with one width; one batch with a greedy and a random row) and checks
-everything on it.
+one graph twice: once in a builder process (compile="auto"), once in the foreground
+(compile="aot", other weights); "auto" with one width, one batch with a greedy and a random row.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,9 @@ from _enumerate import (
 from torch.utils._pytree import tree_flatten
 
 import minispec.compiled
+import minispec.tiers
 from minispec.adaptive import AdaptiveConfig
-from minispec.compiled import AheadOfTime, Announced
+from minispec.compiled import AheadOfTime
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 
@@ -63,36 +65,54 @@ def exports(decoder: SpeculativeDecoder) -> int:
     return sum(announced.fn.exports for _, announced in decoder.rounds.values())
 
 
+def wait_for_packages(folder: Path, count: int, timeout: float = 1200) -> None:
+    """Until the builder process has written `count` packages and gone (its lock let go)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        built = len(list(folder.glob("*.pt2")))
+        if built >= count and not minispec.tiers.builder_running(folder):
+            return
+        time.sleep(1)
+    log = folder / "builder.log"
+    raise AssertionError(log.read_text()[-2000:] if log.exists() else "no builder log")
+
+
 def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) -> None:
+    """compile="auto" decodes eagerly and starts a builder process, which compiles the package
+    (the real C++ compile, once); a decoder with compile="aot" then loads it and decodes as
+    the eager rounds do."""
     monkeypatch.setattr(minispec.compiled, "aot_folder", lambda: tmp_path)
     # The package's C++ wrapper unoptimised: what is tested is the bookkeeping, not its speed.
-    monkeypatch.setattr(torch._inductor.config.aot_inductor, "compile_wrapper_opt_level", "O0")
+    # Set in the options the request carries, so that the builder process uses it too.
+    monkeypatch.setitem(
+        minispec.compiled.PACKAGE_OPTIONS, "aot_inductor.compile_wrapper_opt_level", "O0"
+    )
     target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
     draft = perturbed_copy(target, 4, mix=0.3)
     eager, eager_caches = decode_all(SpeculativeDecoder(target, draft, compile=False))
 
+    tiered = SpeculativeDecoder(target, draft, compile="auto")
+    assert decode_all(tiered)[0] == eager  # eager rounds, while the builder compiles
+    assert exports(tiered) == 0
+    wait_for_packages(tmp_path, 1)
+    assert len(list(tmp_path.glob("*.pt2"))) == 1  # one per graph
+    assert not list((tmp_path / "requests").iterdir())  # the request is done and gone
+
     first = SpeculativeDecoder(target, draft, compile="aot")
     out, aot_caches = decode_all(first)
     assert out == eager
-    packages = len(list(tmp_path.glob("*.pt2")))
-    assert exports(first) == packages == 1  # one per graph
-    # The packages wrote the live caches, in place, as the eager rounds did.
+    assert exports(first) == 0  # loaded from tmp_path
+    # The package wrote the live caches, in place, as the eager rounds did.
     for a, e in zip(aot_caches, eager_caches, strict=True):
         torch.testing.assert_close(a, e)
-
-    monkeypatch.setattr(Announced, "seen", set())  # as in a fresh process
-    second = SpeculativeDecoder(target, draft, compile="aot")
-    assert decode_all(second)[0] == eager
-    assert exports(second) == 0  # loaded from tmp_path
-    assert len(list(tmp_path.glob("*.pt2"))) == packages
 
     # A package carries its weights: other weights of the same shapes never load it.
     other = perturbed_copy(target, 5, mix=0.5)
     other_eager, _ = decode_all(SpeculativeDecoder(other, draft, compile=False))
-    monkeypatch.setattr(Announced, "seen", set())
     third = SpeculativeDecoder(other, draft, compile="aot")
     assert decode_all(third)[0] == other_eager != eager
     assert exports(third) == 1
+    assert len(list(tmp_path.glob("*.pt2"))) == 2
 
 
 def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkeypatch) -> None:
@@ -102,7 +122,7 @@ def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkey
     stand-in that checks its input count, so nothing compiles."""
     built = []
 
-    def stand_in(self, buffers, leaves, spec, kwargs):
+    def stand_in(self, key, buffers, leaves, spec, kwargs):
         count = len(buffers) + sum(isinstance(x, torch.Tensor) for x in leaves)
         built.append(count)
 
@@ -112,7 +132,7 @@ def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkey
 
         return run, tree_flatten(torch.zeros(1))[1]
 
-    monkeypatch.setattr(AheadOfTime, "package", stand_in)
+    monkeypatch.setattr(AheadOfTime, "foreground_package", stand_in)
     models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
     aot = AheadOfTime(lambda x: x * 2, models, "test", tmp_path)
     x = torch.ones(2)
@@ -124,17 +144,19 @@ def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkey
 
 def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
     """Each code change makes new packages and strands the old ones: the folder keeps the ones
-    used last (by mtime, which a load refreshes), with their .spec files, and never touches a
-    package still being written."""
+    used last (by mtime, which a load refreshes), with their .spec and manifest files, never
+    touches a package still being written, and removes the temporary files of a build that
+    died (older than an hour)."""
     for age, name in enumerate(["new", "mid", "old", "older"]):
-        for suffix in (".pt2", ".spec"):
+        for suffix in (".pt2", ".spec", ".json"):
             path = tmp_path / f"{name}{suffix}"
             path.write_bytes(b"x")
             os.utime(path, (1e9 - age, 1e9 - age))
     writing = tmp_path / "oldest.123.tmp.pt2"
     writing.write_bytes(b"x")
-    os.utime(writing, (0, 0))
+    dead = tmp_path / "oldest.456.tmp.pt2"
+    dead.write_bytes(b"x")
+    os.utime(dead, (0, 0))
     minispec.compiled.prune(tmp_path, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["new.pt2", "new.spec", "mid.pt2", "mid.spec", writing.name]
-    )
+    kept = [f"{name}{suffix}" for name in ("new", "mid") for suffix in (".pt2", ".spec", ".json")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, writing.name])

@@ -14,7 +14,8 @@
    3b. Proposers (draft model, n-gram, suffix) on plain and "edit" prompts, each row
    interleaved with K = 0 (bench_proposers.py).
 4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
-5. Start-up: `minispec decode` to its first token, cold (empty Inductor cache) and warm.
+5. Start-up (bench_startup.py): `minispec decode` processes on a fresh cache and a warm one,
+   default and a first `--temperature 0`: first token, done, full speed.
 6. Peer: transformers on the same pair (exported), on the same prompts and threads, target-only
    and assisted generation, interleaved with minispec, at T = 0 and T = 1 (results/peer.md);
    skipped with a note when transformers is not installed.
@@ -29,11 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -247,42 +244,6 @@ def end_to_end(
     return rows
 
 
-def startup(device: str, compile_mode: str, max_new: int = 8) -> dict:
-    """Wall time from launching `python -m minispec decode` to its first token, cold then warm."""
-    out = {}
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        for label in ("cold", "warm"):
-            start = time.perf_counter()
-            command = [
-                sys.executable,
-                "-m",
-                "minispec",
-                "decode",
-                "--json",
-                "--temperature",
-                "0",
-                "--max-new-tokens",
-                str(max_new),
-                "--device",
-                device,
-                "--compile-mode",
-                compile_mode,
-            ]
-            proc = subprocess.run(command, env=env, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-            if proc.returncode:
-                raise RuntimeError(f"decode failed: {proc.stderr.strip().splitlines()[-1:]}")
-            report = json.loads(proc.stdout)
-            out[label] = {"first_token_s": report["time_to_first_token_s"], "process_s": wall}
-            print(
-                f"  {label}: first token after {report['time_to_first_token_s']:.1f} s "
-                f"(process {wall:.1f} s)",
-                flush=True,
-            )
-    return out
-
-
 def format_row(r: dict) -> str:
     sp = r["speedup"]
     pred = f"{r['predicted_speedup']:.2f}x" if r["predicted_speedup"] else "-"
@@ -474,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
         print("5. start-up", flush=True)
-        report["startup"] = startup(args.device, args.compile_mode)
+        from minispec.commands import bench_startup
+
+        report["startup"] = bench_startup.run(args.device)
     if "peer" not in skip:
         print("6. peer (transformers)", flush=True)
         report["peer"] = peer_section(decoder, prompts, best_k(report), args, out / "peer.md")
@@ -647,15 +610,9 @@ def render_markdown(report: dict, text_chart: str) -> str:
         lines += ["\n## End to end\n", HEADER]
         lines += [format_row(r) for r in report["end_to_end"]]
     if "startup" in report:
-        lines += [
-            "\n## Start-up (decode to first token)\n",
-            "| cache | first token s | process s |",
-            "|---|---|---|",
-        ]
-        lines += [
-            f"| {k} | {v['first_token_s']:.1f} | {v['process_s']:.1f} |"
-            for k, v in report["startup"].items()
-        ]
+        from minispec.commands.bench_startup import render as render_startup
+
+        lines += render_startup(report["startup"])
     lines += bench_proposers.render(report, report["batch_ks"])
     if text_chart:
         lines += ["\n## Speedup against K\n", "```", text_chart, "```"]

@@ -110,11 +110,13 @@ def decode_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--compile-mode",
-        choices=("jit", "aot"),
-        default="aot",
-        help="aot (default): on the CPU, compile each round graph once into a package on disk "
-        "that later runs load, with the weights frozen in; on CUDA, as jit. jit: torch.compile "
-        "each round graph (Dynamo traces it again in every process)",
+        choices=("auto", "aot", "jit"),
+        default="auto",
+        help="auto (default): on the CPU, start eagerly while a background process compiles "
+        "each round graph into a package on disk, and switch to it once built (a switch may "
+        "change float rounding: aot or --no-compile give bitwise-repeatable output); "
+        "aot: compile each package first, then decode; on CUDA, both as jit. jit: "
+        "torch.compile each round graph (Dynamo traces it again in every process)",
     )
     p.add_argument(
         "--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)"
@@ -198,7 +200,7 @@ def run_decode(argv: list[str]) -> int:
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
     target = args.target or DEFAULT_TARGET
-    compile = "aot" if args.compile and args.compile_mode == "aot" else args.compile
+    compile = args.compile_mode if args.compile and args.compile_mode != "jit" else args.compile
     decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile)
     tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
     if args.proposer == "suffix" and decoder.suffix_index is None:
@@ -218,7 +220,7 @@ def run_decode(argv: list[str]) -> int:
         decoder=decoder,
         tokenizer=tokenizer,
     )
-    if args.compile:  # compile every graph (one round per K) so that the timed run is warm
+    if args.compile and args.compile_mode != "auto":  # compile every graph, so the run is warm
         generate(prompts, **kwargs, warm_up=True)
         if args.compare:
             generate(prompts, **{**kwargs, "num_speculative_tokens": 0}, warm_up=True)
