@@ -31,6 +31,7 @@ import threading
 import time
 import warnings
 from importlib import import_module
+from typing import Callable
 
 from minispec.commands.args import (
     THREADS_HELP,
@@ -281,16 +282,15 @@ COMMANDS = {
 }
 
 
-def run(argv: list[str]) -> int:
-    command, rest = (argv[0], argv[1:]) if argv else ("--help", [])
-    if command == "decode":
-        return run_decode(rest)
-    if command in COMMANDS:
-        return import_module(COMMANDS[command]).main(rest)
-    if command in ("-h", "--help", "help"):
-        print(__doc__)
-        return 0
-    return fail(f"unknown command {command!r}; try: python -m minispec --help")
+def command(name: str) -> Callable[[list[str]], int]:
+    """The function that runs command `name` on the rest of the arguments."""
+    if name == "decode":
+        return run_decode
+    if name in COMMANDS:
+        return import_module(COMMANDS[name]).main
+    if name in ("-h", "--help", "help"):
+        return lambda _: print(__doc__) or 0
+    return lambda _: fail(f"unknown command {name!r}; try: python -m minispec --help")
 
 
 def importing(name: str) -> bool:
@@ -352,7 +352,8 @@ def front_door(argv: list[str]) -> int:
         return fail("stdout is closed: the output would be lost; redirect it to a file instead")
     problem: BaseException | None = None
     try:
-        code = run(argv)
+        name, rest = (argv[0], argv[1:]) if argv else ("--help", [])
+        code = command(name)(rest)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except SystemExit:
