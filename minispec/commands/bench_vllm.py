@@ -41,7 +41,7 @@ VLLM_K = 4
 SETTINGS = ("vLLM target-only", f"vLLM draft_model K = {VLLM_K}", "minispec K = 0", "minispec auto")
 VLLM_MODES = {SETTINGS[0]: "plain", SETTINGS[1]: "draft_model"}
 SPECS = {SETTINGS[2]: SpeculativeConfig(0), SETTINGS[3]: SpeculativeConfig("auto")}
-BATCH_SIZES = (1, 16)
+BATCH_SIZES = (16, 1)
 DEFAULT_PYTHON = ".venv-vllm/bin/python"
 
 
@@ -122,14 +122,15 @@ def exact_modes(decoder, prompts, runs: dict[str, list[dict]], temperature: floa
     return {n for n, v in verdicts.items() if v["agrees"]}, verdicts
 
 
-def measure(decoder, engines, texts, temperatures, max_new, rotations) -> list[dict]:
-    """Every (B, T) point: the four settings in rotation, then the point's summary."""
+def measure(decoder, engines, texts, temperatures, max_new, rotations, on_row) -> list[dict]:
+    """Every (B, T) point: the four settings in rotation, then the point's summary, handed to
+    on_row(rows) as soon as it is known."""
     rows = []
-    for b in BATCH_SIZES:
-        batch = b > 1
-        chosen = [texts[i % len(texts)] for i in range(b)] if batch else texts
-        prompts = [tokenizer.encode(t) for t in chosen]
-        for temperature in temperatures:
+    for temperature in temperatures:
+        for b in BATCH_SIZES:
+            batch = b > 1
+            chosen = [texts[i % len(texts)] for i in range(b)] if batch else texts
+            prompts = [tokenizer.encode(t) for t in chosen]
             warm = prompts if batch else prompts[:1]
             bench_proposers.warm_up(decoder, warm, SPECS.values(), temperature)
             runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
@@ -156,6 +157,7 @@ def measure(decoder, engines, texts, temperatures, max_new, rotations) -> list[d
             }
             print(format_row(row), flush=True)
             rows.append(row)
+            on_row(rows)
     return rows
 
 
@@ -221,21 +223,26 @@ def render(report: dict, command: str) -> str:
             for r in rows
         )
         + ".\n",
-        "T = 1 samples under minispec's target (nats/token, mean over every rotation's samples): "
-        + "; ".join(
-            f"B = {r['B']}: "
-            + ", ".join(
-                f"{n} {v['mean_nll']:.2f}" + ("" if v["agrees"] else " (differs from target-only)")
-                for n, v in r["sampling_verdicts"].items()
-            )
-            for r in rows
-            if r["sampling_verdicts"]
-        )
-        + ".\n",
         "Engine start-up, to the first request (s): "
         + ", ".join(f"{n} {v:.0f}" for n, v in report["vllm"]["startup_s"].items())
         + ".",
     ]
+    sampled = [r for r in rows if r["sampling_verdicts"]]
+    if sampled:
+        lines.append(
+            "\nT > 0 samples under minispec's target (nats/token, mean over every rotation's "
+            "samples): "
+            + "; ".join(
+                f"B = {r['B']}, T = {r['temperature']:g}: "
+                + ", ".join(
+                    f"{n} {v['mean_nll']:.2f}"
+                    + ("" if v["agrees"] else " (differs from target-only)")
+                    for n, v in r["sampling_verdicts"].items()
+                )
+                for r in sampled
+            )
+            + "."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -271,13 +278,16 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
                 "startup_s": {m: e.startup_s for m, e in engines.items()},
             }
             print("  " + HEADER.replace("\n", "\n  "), flush=True)
+            command = "make bench ARGS='" + " ".join(args.argv) + "'" if args.argv else "make bench"
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+            def write(rows: list[dict]) -> None:  # after each point: a stopped run keeps its rows
+                path.write_text(render({**report, "rows": rows}, command))
+
             report["rows"] = measure(
-                decoder, engines, texts, temperatures, args.max_new_tokens, args.repeats
+                decoder, engines, texts, temperatures, args.max_new_tokens, args.repeats, write
             )
         finally:
             for engine in engines.values():
                 engine.close()
-    command = "make bench ARGS='" + " ".join(args.argv) + "'" if args.argv else "make bench"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(report, command))
     return report

@@ -8,13 +8,15 @@ vLLM mode runs in its own child process (minispec.commands.vllm_peer), one engin
 
 1. Exports the pair (`python -m minispec export`) to a temporary folder.
 2. T = 0: the token ids of vLLM target-only, vLLM with the exported draft (`draft_model`,
-   K drafts) and vLLM with prompt lookup (`ngram`, K drafts), each against minispec's K = 0
-   (eager, float32), prompt by prompt; minispec with K drafts too.
+   K drafts, drawn greedily as vLLM's default `draft_sample_method` does, and drawn
+   `probabilistic`) and vLLM with prompt lookup (`ngram`, K drafts), each against minispec's
+   K = 0 (eager, float32), prompt by prompt; minispec with K drafts too.
 3. T = 1: every engine samples `--samples` continuations of each prompt and minispec's target
    scores them: the mean negative log-likelihood per sampled token, in nats. An exact sampler
    draws from the target's own distribution, so each mode's mean must agree with vLLM
    target-only sampling's within the noise (`sampling_verdict`).
-4. Prints one table and writes it, with the command, to --out.
+4. Prints one table and writes it, with the command, to --out; each sample's score goes to the
+   same path with .json.
 
 Exit 0 when the tokenizers agree, every T = 0 run equals minispec's K = 0, and vLLM target-only
 sampling agrees with minispec's: the export is then right at T = 0 and at T = 1. A vLLM
@@ -25,6 +27,7 @@ table; it fails the check (exit 1) only with --strict-sampling.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shlex
 import statistics
@@ -107,10 +110,10 @@ def minispec_rows(decoder, prompts, sampled, max_new: int, k: int) -> dict[str, 
     }
 
 
-def vllm_rows(python, folder, prompts, sampled, max_new, k, dtype) -> tuple[dict, dict]:
+def vllm_rows(python, folder, modes, prompts, sampled, max_new, k, dtype) -> tuple[dict, dict]:
     """Each vLLM mode in its own engine, one after the other: greedy, then sampled."""
     rows, info = {}, {}
-    for mode in MODES:
+    for mode in modes:
         print(f"vLLM {mode}: starting the engine", flush=True)
         with VLLMEngine(python, folder, mode, k, dtype) as engine:
             info[mode] = {**engine.info, "startup_s": engine.startup_s}
@@ -159,11 +162,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", help="vLLM's and the export's dtype")
     p.add_argument("--vllm-python", default=sys.executable, help="a Python that has vLLM")
     p.add_argument("--out", default="results/vllm/check.md")
+    p.add_argument(
+        "--modes",
+        type=lambda text: text.split(","),
+        default=list(MODES),
+        help="vLLM modes, a comma list of " + ",".join(MODES) + " (plain is always run)",
+    )
     p.add_argument("--strict-sampling", action="store_true", help="exit 1 on any T = 1 mismatch")
     args = p.parse_args(argv)
     for name in ("prompts", "max_new_tokens", "k"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    unknown = set(args.modes) - set(MODES)
+    if unknown:
+        p.error(f"--modes: unknown mode {sorted(unknown)[0]!r}; choose from {', '.join(MODES)}")
+    args.modes = ["plain", *(m for m in MODES if m in args.modes and m != "plain")]
     if args.samples < 2:
         p.error("--samples must be at least 2 (a standard error needs two)")
     return args
@@ -203,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
 
     reference = clean(ours["K = 0"]["greedy"])
     labelled = {f"minispec {name}": run for name, run in ours.items()}
-    names = {"plain": "target-only", "draft_model": f"draft_model K = {args.k}"}
-    names["ngram"] = f"ngram K = {args.k}"
+    names = {
+        "plain": "target-only",
+        "draft_model": f"draft_model K = {args.k} (greedy drafts)",
+        "draft_model_probabilistic": f"draft_model K = {args.k} (probabilistic drafts)",
+        "ngram": f"ngram K = {args.k}",
+    }
     labelled.update({f"vLLM {names[mode]}": run for mode, run in vllm.items()})
     rows = {}
     for label, run in labelled.items():
@@ -216,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             "nll": sample_nll(decoder.target, sampled, clean(run["sampled"])),
         }
     lines, verdicts = check_table(rows, "vLLM target-only")
+    samples_file = Path(args.out).with_suffix(".json")
+    samples_file.parent.mkdir(parents=True, exist_ok=True)
+    samples_file.write_text(json.dumps({label: row["nll"] for label, row in rows.items()}))
     probe = info["plain"]
     tokenizer_ok = probe["tokenizer_ids"] == tokenizer.encode(probe["probe"])
     greedy_ok = all(r["equal"] in (None, r["total"]) for r in rows.values())
@@ -238,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"- Tokenizer: vLLM's encoding of a probe "
             f"{'equals' if tokenizer_ok else 'DIFFERS from'} minispec's.",
+            f"- Each sample's score: `{samples_file.name}`. Worst sample (nats/token): "
+            + ", ".join(f"{label} {max(row['nll']):.2f}" for label, row in rows.items())
+            + ".",
             "- Engine start-up (s): "
             + ", ".join(f"{mode} {v['startup_s']:.0f}" for mode, v in info.items())
             + ".",

@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 
 DONE_MARK = "minispec-vllm-done"
-MODES = ("plain", "draft_model", "ngram")
+# draft_model drafts greedily (vLLM's default draft_sample_method: one-hot draft probabilities);
+# draft_model_probabilistic samples its drafts and passes their probabilities.
+MODES = ("plain", "draft_model", "draft_model_probabilistic", "ngram")
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
