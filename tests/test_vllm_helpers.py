@@ -1,6 +1,7 @@
 """The vLLM check's and bench's own logic, without vLLM: comparing token ids, the T = 1
 verdict, scoring samples, the rotation order and the bench's summary."""
 
+import json
 import random
 
 import pytest
@@ -110,3 +111,48 @@ def test_summary_compares_auto_with_the_fastest_exact_vllm_mode_only():
     # paired by rotation: 2x in the first, 4x in the second
     assert (s["auto_over_k0"]["min"], s["auto_over_k0"]["max"]) == pytest.approx((2.0, 4.0))
     assert bench_vllm.summarize(runs, exact={plain, draft})["best_exact_vllm"] == draft
+
+
+def test_the_check_writes_its_table_and_fails_on_a_greedy_difference(tmp_path, monkeypatch):
+    """main() end to end with the engines stubbed: one table row per engine, the per-sample
+    scores beside it, exit 0 when every greedy run equals minispec K = 0, 1 when one differs."""
+    from minispec.commands import vllm_check
+
+    def fake_minispec(decoder, prompts, sampled, max_new, k):
+        run = {
+            "greedy": [[65] * max_new for _ in prompts],
+            "sampled": [[66] * max_new] * len(sampled),
+        }
+        return {"K = 0": run, f"K = {k}": run}
+
+    def fake_vllm(python, folder, modes, prompts, sampled, max_new, k, dtype, bad=None):
+        info = {"vllm": "stub", "torch": torch.__version__, "device": "cpu", "startup_s": 1.0}
+        info.update(probe="ab", tokenizer_ids=[256, 97, 98])
+        rows = {
+            mode: {
+                "greedy": [[65] * max_new + ([257] if mode == "plain" else []) for _ in prompts],
+                "sampled": [[66, 67][: 1 + i % 2] for i in range(len(sampled))],
+            }
+            for mode in modes
+        }
+        if bad:
+            rows[bad]["greedy"][1][2] = 70
+        return rows, {mode: info for mode in modes}
+
+    monkeypatch.setattr(vllm_check, "minispec_rows", fake_minispec)
+    monkeypatch.setattr(vllm_check, "vllm_rows", fake_vllm)
+    out = tmp_path / "check.md"
+    argv = ["--prompts", "2", "--samples", "2", "--max-new-tokens", "4", "--out", str(out)]
+    assert vllm_check.main(argv + ["--modes", "ngram"]) == 0
+    text = out.read_text()
+    assert "| vLLM target-only | 2/2 |" in text and "| vLLM ngram K = 4 | 2/2 |" in text
+    assert "draft_model" not in text  # only the modes asked for, and target-only always
+    assert set(json.loads(out.with_suffix(".json").read_text())) == {
+        "minispec K = 0",
+        "minispec K = 4",
+        "vLLM target-only",
+        "vLLM ngram K = 4",
+    }
+    monkeypatch.setattr(vllm_check, "vllm_rows", lambda *a: fake_vllm(*a, bad="ngram"))
+    assert vllm_check.main(argv + ["--modes", "ngram"]) == 1
+    assert "1/2 (first difference: prompt 1, token 2)" in out.read_text()

@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         vllm, info = vllm_rows(
             args.vllm_python,
             Path(folder),
+            args.modes,
             prompts,
             sampled,
             args.max_new_tokens,
