@@ -79,6 +79,9 @@ def test_speculative_config_per_mode():
     assert speculative_config("plain", Path("x"), 4) is None
     assert speculative_config("draft_model", Path("x"), 4)["model"] == str(Path("x") / "draft")
     assert speculative_config("ngram", Path("x"), 3)["num_speculative_tokens"] == 3
+    assert "draft_sample_method" not in speculative_config("draft_model", Path("x"), 4)
+    sampled = speculative_config("draft_model_probabilistic", Path("x"), 4)
+    assert sampled["draft_sample_method"] == "probabilistic" and sampled["method"] == "draft_model"
     with pytest.raises(ValueError, match="mode must be one of"):
         speculative_config("eagle", Path("x"), 4)
 

@@ -6,8 +6,10 @@ is reported apart. At each batch size B and temperature T, four settings run in 
 order shifted by one each rotation: vLLM target-only, vLLM with the exported draft
 (`draft_model`, K = 4), minispec K = 0 and minispec K = "auto". B = 1 decodes each held-out
 prompt as its own request, one after another; B = 16 decodes one batch of 16 prompts (the
-held-out prompts repeated). While one engine runs, the other vLLM engine's processes are stopped
-(SIGSTOP): an idle engine polls.
+held-out prompts repeated). vLLM's prefix caching is off: the prompts repeat (within a batch and
+from rotation to rotation), and with it on vLLM would skip most of its prefill, which minispec
+computes every time; this part compares decoding. While one engine runs, the other vLLM
+engine's processes are stopped (SIGSTOP): an idle engine polls.
 
 Each run reports tok/s (generated tokens over wall seconds, prefill included, as a user waits)
 and CPU seconds per generated token: minispec's process time, and for vLLM the CPU time of the
@@ -197,7 +199,8 @@ def render(report: dict, command: str) -> str:
         f"start was {m.get('load_average_at_start', '?')}), torch {m['torch']}, {m['threads']} "
         f"thread(s) for minispec, rounds compiled {report['compile_mode']}; vLLM "
         f"{report['vllm']['version']} ({report['vllm']['device']}), float32, max_model_len 512, "
-        f"VLLM_CPU_KVCACHE_SPACE=1. {report['prompts']} held-out prompts of 300 bytes, "
+        "VLLM_CPU_KVCACHE_SPACE=1, prefix caching off. "
+        f"{report['prompts']} held-out prompts of 300 bytes, "
         f"{report['max_new_tokens']} new tokens each; B = 16 repeats them. {rows[0]['rotations']} "
         "rotations, the order shifted each rotation. Each cell: median tok/s (wall clock, "
         "prefill included) / median tok/s per CPU-second. Ratios: median (min-max) of the "
@@ -268,7 +271,9 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
         engines = {}
         try:
             for mode in VLLM_MODES.values():
-                engines[mode] = VLLMEngine(str(python), Path(folder), mode, VLLM_K)
+                engines[mode] = VLLMEngine(
+                    str(python), Path(folder), mode, VLLM_K, prefix_caching=False
+                )
                 engines[mode].pause()
                 print(f"  vLLM {mode}: engine ready in {engines[mode].startup_s:.0f} s", flush=True)
             info = engines["plain"].info

@@ -40,12 +40,15 @@ def speculative_config(mode: str, folder: Path, k: int) -> dict | None:
     """vLLM's speculative_config for a mode: none, the exported draft, or prompt lookup."""
     if mode == "plain":
         return None
-    if mode == "draft_model":
-        return {
+    if mode in ("draft_model", "draft_model_probabilistic"):
+        config = {
             "method": "draft_model",
             "model": str(folder / "draft"),
             "num_speculative_tokens": k,
         }
+        if mode == "draft_model_probabilistic":
+            config["draft_sample_method"] = "probabilistic"
+        return config
     if mode == "ngram":
         return {
             "method": "ngram",
@@ -104,7 +107,9 @@ def run_job(llm, job: dict) -> dict:
     }
 
 
-def serve(folder: Path, mode: str, k: int, dtype: str, ready_file: Path) -> None:
+def serve(
+    folder: Path, mode: str, k: int, dtype: str, ready_file: Path, prefix_caching: bool
+) -> None:
     """The child: build the engine, report its start-up, then answer jobs until stdin closes."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     start = time.perf_counter()
@@ -117,6 +122,7 @@ def serve(folder: Path, mode: str, k: int, dtype: str, ready_file: Path) -> None
         dtype=dtype,
         max_model_len=512,
         speculative_config=speculative_config(mode, folder, k),
+        enable_prefix_caching=prefix_caching,
         seed=0,
         **extra,
     )
@@ -154,7 +160,13 @@ class VLLMEngine:
     launching the child to its engine being ready, as a user waits for it."""
 
     def __init__(
-        self, python: str, folder: Path, mode: str, k: int = 4, dtype: str = "float32"
+        self,
+        python: str,
+        folder: Path,
+        mode: str,
+        k: int = 4,
+        dtype: str = "float32",
+        prefix_caching: bool = True,
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="minispec-vllm-"))
         self.mode, self.jobs = mode, 0
@@ -164,7 +176,8 @@ class VLLMEngine:
         self.proc = subprocess.Popen(
             [python, "-m", "minispec.commands.vllm_peer", "--folder", str(folder)]
             + ["--mode", mode, "--k", str(k), "--dtype", dtype, "--ready-file"]
-            + [str(self.dir / "ready.json")],
+            + [str(self.dir / "ready.json")]
+            + ([] if prefix_caching else ["--no-prefix-caching"]),
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -244,8 +257,20 @@ def main() -> int:
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--ready-file", required=True)
+    p.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="off: every request's prompt is computed, as minispec computes it",
+    )
     args = p.parse_args()
-    serve(Path(args.folder), args.mode, args.k, args.dtype, Path(args.ready_file))
+    serve(
+        Path(args.folder),
+        args.mode,
+        args.k,
+        args.dtype,
+        Path(args.ready_file),
+        prefix_caching=not args.no_prefix_caching,
+    )
     return 0
 
 
