@@ -36,6 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from minispec.commands.args import OneLineParser, integer
 from minispec.commands.vllm_peer import MODES, ROOT, VLLMEngine
 
 # A T = 1 mean differs from the reference's when the difference exceeds this many standard
@@ -150,15 +151,19 @@ def check_table(rows: dict[str, dict], reference_key: str) -> tuple[list[str], d
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m minispec.commands.vllm_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--prompts", type=int, default=9, help="held-out prompts (300 bytes each)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--samples", type=int, default=4, help="T = 1 samples of each prompt")
-    p.add_argument("--k", type=int, default=4, help="num_speculative_tokens of every mode")
+    p.add_argument(
+        "--prompts", type=integer(1, 50), default=9, help="held-out prompts (300 bytes each)"
+    )
+    p.add_argument("--max-new-tokens", type=integer(1, 128), default=128)
+    p.add_argument("--samples", type=integer(2), default=4, help="T = 1 samples of each prompt")
+    p.add_argument(
+        "--k", type=integer(1, 16), default=4, help="num_speculative_tokens of every mode"
+    )
     p.add_argument("--dtype", default="float32", help="vLLM's and the export's dtype")
     p.add_argument("--vllm-python", default=sys.executable, help="a Python that has vLLM")
     p.add_argument("--out", default="results/vllm/check.md")
@@ -170,15 +175,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--strict-sampling", action="store_true", help="exit 1 on any T = 1 mismatch")
     args = p.parse_args(argv)
-    for name in ("prompts", "max_new_tokens", "k"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
     unknown = set(args.modes) - set(MODES)
     if unknown:
         p.error(f"--modes: unknown mode {sorted(unknown)[0]!r}; choose from {', '.join(MODES)}")
     args.modes = ["plain", *(m for m in MODES if m in args.modes and m != "plain")]
-    if args.samples < 2:
-        p.error("--samples must be at least 2 (a standard error needs two)")
     return args
 
 
