@@ -159,3 +159,13 @@ def test_the_check_writes_its_table_and_fails_on_a_greedy_difference(tmp_path, m
     monkeypatch.setattr(vllm_check, "vllm_rows", lambda *a: fake_vllm(*a, bad="ngram"))
     assert vllm_check.main(argv + ["--modes", "ngram"]) == 1
     assert "1/2 (first difference: prompt 1, token 2)" in out.read_text()
+
+
+def test_the_bench_part_is_one_line_without_the_vllm_environment(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(vllm_python=str(tmp_path / "no-venv" / "bin" / "python"))
+    note = bench_vllm.vllm_section(None, ["a prompt"], args, tmp_path / "vllm" / "bench.md")
+    assert note.startswith("vLLM rows skipped") and "make vllm-check" in note
+    assert capsys.readouterr().out.count("\n") == 1
+    assert not (tmp_path / "vllm").exists()  # nothing written
