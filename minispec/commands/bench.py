@@ -19,6 +19,9 @@
 6. Peer: transformers on the same pair (exported), on the same prompts and threads, target-only
    and assisted generation, interleaved with minispec, at T = 0 and T = 1 (results/peer.md);
    skipped with a note when transformers is not installed.
+7. vLLM: vLLM target-only and with the draft beside minispec K = 0 and auto, B = 1 and 16, in
+   rotation, tok/s and tok/s per CPU-second (bench_vllm.py, results/vllm/bench.md); skipped with
+   a note when vLLM's environment (`make vllm-check` builds it) is absent.
 
 Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
 Writes results/bench.json, results/bench.md, results/peer.md and results/speedup.png (or a
@@ -37,7 +40,7 @@ from pathlib import Path
 import torch
 
 from minispec.api import load_decoder
-from minispec.commands import bench_proposers
+from minispec.commands import bench_proposers, bench_vllm
 from minispec.commands.args import (
     OneLineParser,
     choice_list,
@@ -304,7 +307,7 @@ def chart(rows: list[dict], path: Path) -> str:
     return "\n".join(lines)
 
 
-PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer")
+PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer", "vllm")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -360,6 +363,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="how the decoder compiles its rounds, as `minispec decode --compile-mode`",
     )
     parser.add_argument(
+        "--vllm-python",
+        default=bench_vllm.DEFAULT_PYTHON,
+        help="the Python of vLLM's environment, for part 7 (default: make vllm-check's)",
+    )
+    parser.add_argument(
         "--skip",
         type=choice_list(PARTS),
         default="",
@@ -372,9 +380,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "2 pairs, 2 prompts, 32 tokens, no batch, sampler or start-up parts",
     )
     args = parser.parse_args(argv)
+    args.argv = list(argv or [])  # the command, for results/vllm/bench.md
     if args.quick:
         args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
-        args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup,peer"
+        args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup,peer,vllm"
     if "end_to_end" in args.skip and "peer" not in args.skip:
         parser.error("the peer part uses the end-to-end part's best K: skip both or neither")
     return args
@@ -441,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     if "peer" not in skip:
         print("6. peer (transformers)", flush=True)
         report["peer"] = peer_section(decoder, prompts, best_k(report), args, out / "peer.md")
+    if "vllm" not in skip:
+        print("7. vLLM", flush=True)
+        report["vllm"] = bench_vllm.vllm_section(decoder, prompts, args, out / "vllm" / "bench.md")
     text_chart = chart(report["end_to_end"], out / "speedup.png") if "end_to_end" in report else ""
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     (out / "bench.md").write_text(render_markdown(report, text_chart))
