@@ -158,5 +158,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    os.nice(NICENESS)
+    # MINISPEC_BUILDER_NICENESS: the test suite builds at 0, since the test waits for the build.
+    os.nice(int(os.environ.get("MINISPEC_BUILDER_NICENESS", NICENESS)))
     sys.exit(main(sys.argv[1:]))
