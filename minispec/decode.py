@@ -202,7 +202,7 @@ class SpeculativeDecoder:
         uses_draft = PROPOSERS[spec.proposer].needs == "draft"
         run_round = partial(
             announced,
-            draft_sample_method=spec.draft_method_for(params),
+            draft_sample_method=spec.draft_method,
             rejection_sample_method=spec.rejection_sample_method,
             eos_token_id=self.eos_token_id,
             adaptive=policy.adaptive,

@@ -17,8 +17,12 @@ from minispec.proposers import PROPOSERS  # the registry: its names are what `pr
 from sampling.constraints import RowConstraints, normalize_params
 from sampling.rejection import REJECTION_SAMPLE_METHODS
 
-# "auto": greedy when every request of the batch is greedy (T = 0), probabilistic otherwise: at
-# T > 0 a sampled draft is accepted far more often than an argmax one.
+# "greedy": every row drafts the draft model's argmax (a one-hot q), whatever its temperature.
+# "probabilistic": every row samples from its own filtered q, which for a row at T = 0 is one-hot
+# at the argmax, so such a row drafts greedily: the choice is made per row, inside the round.
+# "auto" (the default) is "probabilistic" under the name of what it does: greedy drafts at
+# T = 0, sampled ones at T > 0 (accepted far more often than argmax ones), in one graph for
+# every mix of temperatures.
 DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
 MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
 
@@ -119,12 +123,12 @@ class SpeculativeConfig:
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(choices)}")
 
-    def draft_method_for(self, params: list[SamplingParams]) -> str:
-        """The draft sample method a batch runs: "auto" resolved (greedy when every request
-        is greedy)."""
-        if self.draft_sample_method != "auto":
-            return self.draft_sample_method
-        return "greedy" if all(p.temperature == 0 for p in params) else "probabilistic"
+    @property
+    def draft_method(self) -> str:
+        """The draft sample method the rounds run: "auto" is "probabilistic" (each row greedy
+        or sampled by its own temperature), so a T = 0 call and a T > 0 call share graphs."""
+        d = self.draft_sample_method
+        return "probabilistic" if d == "auto" else d
 
     @property
     def widths(self) -> tuple[int, ...]:

@@ -73,7 +73,7 @@ def test_greedy_float64_speculative_equals_target_only(float64_pair: tuple[GPT, 
     baseline = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(0))
     assert [len(t) for t in baseline.token_ids] == GREEDY_MAX_NEW
     for k in (1, 3):
-        for method in ("greedy", "probabilistic"):
+        for method in ("greedy", "probabilistic", "auto"):
             out = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(k, method))
             assert out.token_ids == baseline.token_ids, (k, method)
             # Both branches of the round ran: some drafts accepted, some rejected.
@@ -148,8 +148,9 @@ BLOCK_CASES = [(2, 0, 1.0), (3, 4, 0.7)]  # (K, top_k, top_p); K = 2 is not dege
 # (proposer, rejection_sample_method): the lookup proposers, with their short proposals
 # (the draft model is CASES' and BLOCK_CASES').
 PROPOSER_CASES = [("ngram", "standard"), ("suffix", "standard")]
+AUTO_RULES = ("standard", "block")  # the rules a T = 0 and a T = 1 row are run by under "auto"
 # + the mixed-temperature batch, the adaptive-K test and a newly registered proposer
-NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + 3
+NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + len(AUTO_RULES) + 3
 FALSE_ALARM = 1e-6 / NUM_CHI_SQUARE_TESTS
 
 
@@ -267,6 +268,17 @@ def test_block_verification_keeps_the_law(k: int, top_k: int, top_p: float) -> N
     groups = [(p, SamplingParams(1.0, top_k, top_p)) for p in PROMPTS]
     spec = SpeculativeConfig(k, "probabilistic", "block")
     assert fit_p_value(spec, groups, seed_base=80_000_000 + 1_000_000 * k) > FALSE_ALARM
+
+
+@pytest.mark.parametrize("rejection", AUTO_RULES)
+def test_auto_drafting_keeps_the_law_in_a_mixed_batch(rejection: str) -> None:
+    """draft_sample_method "auto": in one batch a T = 0 row drafts greedily (a one-hot q) and a
+    T = 1 row samples, inside the same round; each row follows its own law, under token-wise
+    and block verification."""
+    groups = [(prompt, SamplingParams(t)) for prompt in PROMPTS for t in (0.0, 1.0)]
+    spec = SpeculativeConfig(3, "auto", rejection)
+    seed_base = 75_000_000 + 1_000_000 * AUTO_RULES.index(rejection)
+    assert fit_p_value(spec, groups, seed_base, rows_per_group=2500) > FALSE_ALARM
 
 
 # One prompt repeats itself (the n-gram proposer matches at once), one does not (at first).

@@ -580,9 +580,9 @@ def record_round_times(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float
 
 def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     """The round-time table that "auto" chooses K by holds round times only: one round that
-    compiled (seconds, against a millisecond round) would price its width out for good, as it
-    did when a sampled request followed greedy ones and compiled the sampled graphs. Here a
-    greedy then a sampled request compile one graph family each, in one decoder. The compile is
+    compiled (seconds, against a millisecond round) would price its width out for good. Here a
+    call with greedy drafts then one with sampled drafts compile one graph family each, in one
+    decoder. The compile is
     a stand-in that takes 2 s on the first call of each graph, so that the test costs seconds,
     not Inductor's minutes; what is tested is the loop's bookkeeping around it."""
     monkeypatch.setattr(minispec.compiled.Announced, "seen", set())
@@ -601,9 +601,9 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(minispec.compiled.torch, "compile", slow_first_call)
     observed = record_round_times(monkeypatch)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
-    spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(2,)))  # every round K = 2
     prompt, _ = request(0)
-    for temperature in (0.0, 1.0):
+    for temperature, method in ((0.0, "greedy"), (1.0, "probabilistic")):
+        spec = SpeculativeConfig("auto", method, adaptive=AdaptiveConfig(widths=(2,)))  # K = 2
         params = SamplingParams(temperature=temperature, seed=1, max_new_tokens=12)
         decoder.generate([prompt], [params], spec)
     assert len(graphs) == 2  # the stand-in compiled each family once
@@ -611,6 +611,41 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     assert len(tables) == 2  # one per family: greedy and probabilistic drafting
     assert all(t.rounds for t in tables)  # both families timed their rounds
     assert observed and max(s for _, s in observed) < 0.5, observed  # no 2 s compile among them
+
+
+def test_greedy_and_sampled_calls_share_the_round_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under draft_sample_method "auto" each row drafts greedily or by sampling inside the round,
+    so a T = 0 call, a T = 1 call and a batch mixing both run one compiled round graph (per
+    batch size); explicit "greedy" drafts stay a graph of their own. Adaptive K keeps the
+    greedy calls' measurements apart from the others'. The compile is a stand-in that records
+    each call's graph key (nothing is compiled)."""
+    monkeypatch.setattr(minispec.compiled.Announced, "seen", set())
+    keys: list[tuple] = []
+
+    def recording_compile(fn, **options):
+        def run(*args, **kwargs):
+            keys.append(minispec.compiled.describe(args, kwargs))
+            return fn(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(minispec.compiled.torch, "compile", recording_compile)
+    decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
+    prompt, _ = request(0)
+
+    def graphs(temperatures: tuple[float, ...], method: str = "auto") -> set[tuple]:
+        keys.clear()
+        params = [SamplingParams(t, seed=1, max_new_tokens=6) for t in temperatures]
+        spec = SpeculativeConfig("auto", method, adaptive=AdaptiveConfig(widths=(2,)))  # K = 2
+        decoder.generate([prompt] * len(params), params, spec)
+        return set(keys)
+
+    assert len(graphs((0.0,))) == 1
+    assert graphs((1.0,)) == graphs((0.0,))
+    assert graphs((0.0, 1.0)) == graphs((1.0, 1.0)) == graphs((0.0, 0.0))
+    assert graphs((0.0,), "greedy").isdisjoint(graphs((0.0,)))
+    # Families: (B = 1, T = 0), (B = 1, T = 1), (B = 2, mixed and T = 1), (B = 2, T = 0), greedy.
+    assert len(decoder.families) == 5
 
 
 def test_a_calls_rows_start_from_the_alpha_the_familys_last_call_measured(

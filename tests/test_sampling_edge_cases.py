@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from sampling import PLACEHOLDER_TOKEN_ID
+from sampling import PLACEHOLDER_TOKEN_ID, rejection_sample
 from tests._stats import all_implementations, as_logits, constrained_probs
 
 INF = float("inf")
@@ -210,3 +210,28 @@ def test_emitted_tokens_stay_in_the_kept_set(one_hot):
         assert kept[out.token_ids[b, j]] > 0, (b, j)
     assert len(rows) > batch_size  # some drafts were accepted, so this covers later positions
     assert math.isfinite(float(out.num_accepted.float().mean()))
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+def test_greedy_rows_ignore_a_dense_q_next_to_sampled_rows(method: str):
+    """A batch whose draft_probs is one dense tensor [B, K, V] (what "auto" drafting gives: a
+    one-hot q for a T = 0 row, a sampled q for another): a greedy row gets the argmax-equality
+    output whatever its q row holds (here not even one-hot), under block verification too,
+    and a sampled row gets what it gets alone. Eager: the rule picks greedy rows per row."""
+    argmaxes, drafts = [[4, 1, 6, 2], [0, 0, 0, 0], [5, 5, 1, 3]], [[4, 1, 5], [3, 0, 0], [5, 0, 1]]
+    logits = torch.stack([_greedy_logits(a, seed=i) for i, a in enumerate(argmaxes)])
+    gen = torch.Generator().manual_seed(4)
+    q = torch.softmax(torch.randn(3, K, 7, generator=gen), -1)
+    kwargs = dict(
+        uniforms=torch.rand(3, K, dtype=torch.float64, generator=gen),
+        exponentials=torch.empty(3, 7).exponential_(generator=gen),
+        method=method,
+        compiled=False,
+    )
+    temperature = torch.tensor([0.0, 1.0, 0.0])
+    mixed = rejection_sample(logits, torch.tensor(drafts), q, temperature=temperature, **kwargs)
+    greedy = rejection_sample(logits, torch.tensor(drafts), None, temperature=0.0, **kwargs)
+    sampled = rejection_sample(logits, torch.tensor(drafts), q, temperature=1.0, **kwargs)
+    assert torch.equal(mixed.token_ids[[0, 2]], greedy.token_ids[[0, 2]])
+    assert torch.equal(mixed.token_ids[1], sampled.token_ids[1])
+    assert greedy.token_ids.tolist() == [[4, 1, 6, -1], [0, -1, -1, -1], [5, 5, -1, -1]]

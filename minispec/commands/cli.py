@@ -81,7 +81,8 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--draft-sample-method",
         default="auto",
-        help="greedy (one-hot q), probabilistic, or auto (greedy at T = 0)",
+        help="greedy (every row drafts the argmax: a one-hot q), probabilistic (every row samples "
+        "its q, one-hot at T = 0) or auto (as probabilistic: greedy drafts at T = 0, per row)",
     )
     p.add_argument(
         "--rejection-sample-method",

@@ -6,7 +6,8 @@ The round chooses the next K from its rows' running alpha and the widths' relati
 follows it, times each round per width into the graph family's RoundTimes, runs a width that is
 due (never timed, or not lately) once first, and after the call folds its measured alpha into
 the family's prior. What it keeps across calls is one FamilyMeasurements per graph family
-(proposer, batch size, sample methods) in the decoder's `families`.
+(proposer, batch size, sample methods) and kind of batch (all greedy or not) in the decoder's
+`families`.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ class AdaptivePolicy:
     ) -> AdaptivePolicy:
         """The policy of one generate() call, with its graph family's measurements (created on
         first use in decoder.families)."""
-        key = (spec.proposer, len(params), spec.draft_method_for(params))
-        key += (spec.rejection_sample_method,)
+        # A batch of greedy rows accepts far more often than a sampled one: its own prior,
+        # though both run the same graphs.
+        greedy = all(p.temperature == 0 for p in params)
+        key = (spec.proposer, len(params), spec.draft_method, spec.rejection_sample_method, greedy)
         if key not in decoder.families:
             drafts = PROPOSERS[spec.proposer].needs == "draft"
             c = cost_ratio(decoder.target, decoder.draft) if drafts else 0.0

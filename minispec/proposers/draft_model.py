@@ -1,5 +1,9 @@
 """The draft model as a proposer: a small model of the target's vocabulary drafts K tokens, one
-single-token step each, greedily (a one-hot q) or by sampling (q = its filtered softmax)."""
+single-token step each, greedily (a one-hot q) or by sampling (q = its filtered softmax).
+
+Sampling decides per row: a row at temperature 0 has a one-hot q at the draft's argmax, so
+its race drafts that argmax, and its draft_probs row is that one-hot q. A batch of greedy and
+sampled rows is one draft_probs tensor [B, K, V], and one graph serves every temperature."""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ class DraftModelProposer:
         ids, probs = [], []
         for j in range(num_speculative_tokens):
             if sampling.method == "greedy":
-                x = logits.argmax(-1)  # a one-hot q: draft_probs stays None
+                x = logits.argmax(-1)  # every row one-hot: draft_probs stays None
             else:
                 x, q = draw(logits, sampling.constraints, sampling.noise[:, j])
                 probs.append(q)
@@ -51,8 +55,9 @@ class DraftModelProposer:
 def draw(
     logits: torch.Tensor, constraints: RowConstraints, noise: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row of logits [B, V] under the request's constraints, and its exact q.
-    The uncompiled sampler: it is traced into whatever graph calls it."""
+    """One token per row of logits [B, V] under the request's constraints, and its exact q
+    (one-hot at the argmax for a row at temperature 0, which then draws the argmax). The
+    uncompiled sampler: it is traced into whatever graph calls it."""
     out = sample(
         logits, **constraints._asdict(), exponentials=noise, compiled=False, check_values=False
     )

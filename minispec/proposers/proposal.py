@@ -34,7 +34,8 @@ class Proposal(NamedTuple):
 
 class DraftSampling(NamedTuple):
     """How a proposer that samples draws its drafts: the requests' constraints, the round's
-    draft noise [B, K, V] and the draft_sample_method ("greedy" or "probabilistic")."""
+    draft noise [B, K, V] and the draft_sample_method ("greedy" or "probabilistic"; "auto"
+    arrives as "probabilistic", whose rows at temperature 0 draft greedily)."""
 
     constraints: RowConstraints
     noise: torch.Tensor
