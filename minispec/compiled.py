@@ -58,12 +58,10 @@ class Announced:
         name: str,
         announce: bool,
         cuda_graphs: bool = False,
-        seen: set[tuple] | None = None,
     ) -> None:
         self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
         # Whether the last call compiled or loaded a graph: its time is not a round's.
         self.compiled_last = False
-        self.seen = Announced.seen if seen is None else seen
 
     @property
     def compiled(self) -> bool:
@@ -75,16 +73,13 @@ class Announced:
             self.compiled_last = self.fn.compiled_last
             return out
         key = (self.name, *describe(args, kwargs))
-        self.compiled_last = self.announce and key not in self.seen
+        self.compiled_last = self.announce and key not in Announced.seen
         if not self.compiled_last:
             # The plain call inline: one frame less between the loop and the round.
             return self.fn(*args, **kwargs) if not self.cuda_graphs else self.run(*args, **kwargs)
-        what = in_words(self.name, args, kwargs)
-        print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        out = self.run(*args, **kwargs)
-        print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-        self.seen.add(key)
+        with compiling(in_words(self.name, args, kwargs)):
+            out = self.run(*args, **kwargs)
+        Announced.seen.add(key)
         return out
 
     def run(self, *args, **kwargs):
@@ -96,6 +91,15 @@ class Announced:
         return tree_map(
             lambda t: t.clone() if isinstance(t, torch.Tensor) else t, self.fn(*args, **kwargs)
         )
+
+
+@contextmanager
+def compiling(what: str) -> Iterator[None]:
+    """The one line a foreground compile prints: what, then how long it took."""
+    print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    yield
+    print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 def in_words(name: str, args: tuple, kwargs: dict, widths: tuple[int, ...] = ()) -> str:
@@ -263,11 +267,8 @@ class AheadOfTime:
             return package
         if self.cannot_write():
             return None
-        what = in_words(self.name, tree_unflatten(leaves, spec), kwargs)
-        print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        self.build(path, buffers, leaves, spec, kwargs)
-        print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+        with compiling(in_words(self.name, tree_unflatten(leaves, spec), kwargs)):
+            self.build(path, buffers, leaves, spec, kwargs)
         return self.load(path)
 
     def background_package(
