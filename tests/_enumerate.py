@@ -11,6 +11,8 @@ cache, no drafts, no batching, no rejection rule - one full causal forward per p
 from __future__ import annotations
 
 import copy
+from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -122,3 +124,19 @@ def sequence_law(
         probs = joint[rows, tokens]
     assert abs(float(probs.sum()) - 1) < 1e-9
     return {tuple(seq[len(prompt) :]): prob for seq, prob in zip(prefixes.tolist(), probs.tolist())}
+
+
+def law_fit(
+    sequences: Sequence[Sequence[int]],
+    group_of: Sequence[int],
+    laws: Sequence[dict[tuple[int, ...], float]],
+) -> tuple[float, float, int]:
+    """(p-value, chi-square, degrees of freedom) of generated sequences against their groups'
+    exact laws: sequence i belongs to group group_of[i], whose law is laws[group_of[i]]. The
+    groups are independent samples, so their statistics and degrees of freedom add."""
+    stat, df = 0.0, 0
+    for g, law in enumerate(laws):
+        counts = Counter(tuple(s) for s, h in zip(sequences, group_of) if h == g)
+        s, d = chi_square(counts, law)
+        stat, df = stat + s, df + d
+    return chi_square_sf(stat, df), stat, df

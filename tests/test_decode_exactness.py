@@ -16,15 +16,13 @@ the rate says how unlucky a choice of seeds would have to be to fail an exact sa
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 import torch
 from _enumerate import (
-    chi_square,
-    chi_square_sf,
+    law_fit,
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
@@ -203,12 +201,8 @@ def fit_p_value(
             )
             group_of.append(g)
     sequences = sample_sequences(spec, params, prompts)
-    stat, df = 0.0, 0
-    for g, (prompt, p) in enumerate(groups):
-        counts = Counter(s for s, h in zip(sequences, group_of) if h == g)
-        s, d = chi_square(counts, law(prompt, p.temperature, p.top_k, p.top_p))
-        stat, df = stat + s, df + d
-    return chi_square_sf(stat, df)
+    laws = [law(prompt, p.temperature, p.top_k, p.top_p) for prompt, p in groups]
+    return law_fit(sequences, group_of, laws)[0]
 
 
 @pytest.mark.parametrize("method,k,top_k,top_p", CASES)

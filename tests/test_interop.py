@@ -17,14 +17,12 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 from _enumerate import (
-    chi_square,
-    chi_square_sf,
+    law_fit,
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     random_gpt,
     sequence_law,
@@ -357,12 +355,8 @@ def law_p_value(pair: tuple[GPT, GPT], spec: SpeculativeConfig, seed_base: int) 
         for i in range(len(prompts))
     ]
     out = SpeculativeDecoder(*pair, compile=False).generate(prompts, params, spec).token_ids
-    stat, df = 0.0, 0
-    for g, prompt in enumerate(LAW_PROMPTS):
-        counts = Counter(tuple(t) for t in out[g :: len(LAW_PROMPTS)])
-        s, d = chi_square(counts, sequence_law(pair[0], list(prompt), NEW_TOKENS))
-        stat, df = stat + s, df + d
-    return chi_square_sf(stat, df)
+    laws = [sequence_law(pair[0], list(prompt), NEW_TOKENS) for prompt in LAW_PROMPTS]
+    return law_fit(out, [i % len(LAW_PROMPTS) for i in range(len(out))], laws)[0]
 
 
 def test_imported_pair_samples_the_target_law(imported_pair: tuple[GPT, GPT]) -> None:

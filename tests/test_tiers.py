@@ -11,14 +11,12 @@ tests/test_aot.py runs in a real builder process.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 from _enumerate import (
-    chi_square,
-    chi_square_sf,
+    law_fit,
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
@@ -165,9 +163,5 @@ def test_the_law_holds_through_a_switch(exported_tier: dict, monkeypatch) -> Non
     decoder = SpeculativeDecoder(target, draft, compile="auto")
     out = decoder.generate(prompts, rows, SpeculativeConfig(1, "probabilistic")).token_ids
     assert exported_tier["package_calls"] >= 2  # the package ran the later rounds
-    stat, df = 0.0, 0
-    for g, prompt in enumerate(LAW_PROMPTS):
-        counts = Counter(tuple(t) for i, t in enumerate(out) if i % 2 == g)
-        s, d = chi_square(counts, sequence_law(target, list(prompt), NEW_TOKENS, 1.0, 0, 1.0))
-        stat, df = stat + s, df + d
-    assert chi_square_sf(stat, df) > FALSE_ALARM
+    laws = [sequence_law(target, list(prompt), NEW_TOKENS) for prompt in LAW_PROMPTS]
+    assert law_fit(out, [i % 2 for i in range(len(out))], laws)[0] > FALSE_ALARM
