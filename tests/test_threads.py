@@ -86,3 +86,26 @@ def test_all_cores_leaves_the_thread_count_alone_off_the_cpu(two_cores):
     with all_cores(torch.device("cpu")):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == 1
+
+
+def test_the_prefill_computes_the_same_bits_on_one_core_and_on_two(monkeypatch):
+    """On the shipped pair, so that the products are large enough to run on both threads: the
+    KV caches the prefill writes are bitwise equal, and so a seeded request's tokens are the
+    same whatever the core count. This holds for this torch build's BLAS, which splits a product
+    by rows; one that splits the inner dimension would round differently and fail here."""
+    import minispec.threads
+    from minispec.api import load_decoder
+    from model import tokenizer
+
+    d = load_decoder(compile=False)
+    text = "def add(a, b):\n    return a + b\n\n\nclass Point:\n    x: int = 0\n" * 6
+    prompts = [tokenizer.encode(text[:n]) for n in (190, 250, 300, 120)]
+    params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=12) for i in range(4)]
+    caches, outputs = [], []
+    for cores in (1, 2):
+        monkeypatch.setattr(minispec.threads, "usable_cores", lambda: cores)
+        d.prefill(prompts, params, 2)
+        caches.append([b.clone() for m in (d.target, d.draft) for b in m.buffers()])
+        outputs.append(d.generate(prompts, params, SpeculativeConfig(0)).token_ids)
+    assert all(torch.equal(a, b) for a, b in zip(*caches))
+    assert outputs[0] == outputs[1] and all(len(row) == 12 for row in outputs[0])
