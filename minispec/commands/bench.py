@@ -351,7 +351,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--threads",
         type=thread_count,
         default=1,
-        help="CPU threads (default 1: B = 1 decode steps are latency-bound)",
+        help="CPU threads for the rounds (default 1: B = 1 decode steps are latency-bound); the "
+        "prefill runs on every core",
     )
     parser.add_argument(
         "--draft-sample-method",
