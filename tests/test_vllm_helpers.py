@@ -305,3 +305,56 @@ def test_the_bench_part_is_one_line_without_the_vllm_environment(tmp_path, capsy
     assert note.startswith("vLLM rows skipped") and "make vllm-check" in note
     assert capsys.readouterr().out.count("\n") == 1
     assert not (tmp_path / "vllm").exists()  # nothing written
+
+
+def test_measure_rotates_every_setting_and_sends_vllm_no_seed(monkeypatch, tmp_path):
+    """measure() end to end with the engines stubbed and a tiny eager decoder per thread count:
+    each point runs every setting once per rotation, warms each decoder on its own thread
+    count, hands vLLM no seed, and scores the vLLM samples at T > 0 only."""
+    from minispec.decode import SpeculativeDecoder
+
+    class Engine:
+        def __init__(self):
+            self.seeds, self.running = [], False
+
+        def resume(self):
+            self.running = True
+
+        def pause(self):
+            self.running = False
+
+        def generate(self, prompts, temperature, max_new, seed, batch):
+            assert self.running  # only a resumed engine is asked
+            self.seeds.append(seed)
+            return {"token_ids": [[65] * max_new for _ in prompts], "wall_s": 1.0, "cpu_s": 2.0}
+
+    torch.manual_seed(0)
+    target = GPT(
+        GPTConfig(vocab_size=258, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
+    )
+    decoders = {t: SpeculativeDecoder(target, target, compile=False) for t in (1, 2)}
+    warmed = []
+    monkeypatch.setattr(
+        bench_vllm.bench_proposers,
+        "warm_up",
+        lambda d, prompts, specs, t: warmed.append((d, torch.get_num_threads(), len(specs))),
+    )
+    monkeypatch.setattr(bench_vllm, "BATCH_SIZES", (2, 1))
+    engines = {"plain": Engine(), "draft_model": Engine()}
+    seen = []
+    rows = bench_vllm.measure(
+        decoders, engines, ["ab", "cd"], [0.0, 1.0], 3, 2, lambda rows: seen.append(len(rows))
+    )
+    assert seen == [1, 2, 3, 4] and [(r["B"], r["temperature"]) for r in rows] == [
+        (2, 0.0),
+        (1, 0.0),
+        (2, 1.0),
+        (1, 1.0),
+    ]
+    assert [(d is decoders[t], t, n) for d, t, n in warmed] == [(True, 1, 2), (True, 2, 2)] * 4
+    # 4 points x 2 rotations; B = 1 sends both prompts in one job (one request at a time)
+    assert all(e.seeds == [None] * 8 for e in engines.values())
+    for r in rows:
+        assert len(r["settings"]) == 6 and set(r["minispec"]) == {1, 2}
+        assert bool(r["sample_scores"]) == (r["temperature"] > 0)
+    assert rows[2]["best_exact_vllm"] == "vLLM target-only"
