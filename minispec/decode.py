@@ -32,6 +32,7 @@ from minispec.proposers import PROPOSERS, HostProposer, Proposer, SuffixIndex
 from minispec.round import speculative_round
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
+from minispec.threads import all_cores
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
 from sampling.constraints import RowConstraints
@@ -141,9 +142,11 @@ class SpeculativeDecoder:
         width = min(self.max_seq_len, buckets * PREFILL_BUCKET)
         positions = torch.arange(width, device=self.device).expand(b, width)
         # Right padding is harmless: pad entries sit past each row's prompt, where keys are
-        # masked until the row's own tokens overwrite them.
-        for model in models:
-            model(tokens[:, :width], positions)
+        # masked until the row's own tokens overwrite them. On every core: unlike a round, the
+        # prefill is large matrix products, compute-bound, once per call (minispec/threads.py).
+        with all_cores(self.device):
+            for model in models:
+                model(tokens[:, :width], positions)
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
         lengths, max_new = [len(p) for p in prompts], [p.max_new_tokens for p in params]
         return LoopState.start(tokens, lengths, max_new, seeds, k)

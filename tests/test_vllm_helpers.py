@@ -87,33 +87,169 @@ def test_speculative_config_per_mode():
 
 
 def test_rotation_order_puts_each_setting_first_once_per_cycle():
-    n = len(bench_vllm.SETTINGS)
-    firsts = [bench_vllm.rotation_order(r)[0] for r in range(n)]
-    assert sorted(firsts) == sorted(bench_vllm.SETTINGS)
+    every = bench_vllm.settings([1, 2])
+    assert len(every) == 6 and len({s.name for s in every}) == 6
+    firsts = [bench_vllm.rotation_order(every, r)[0] for r in range(len(every))]
+    assert sorted(s.name for s in firsts) == sorted(s.name for s in every)
     assert all(
-        sorted(bench_vllm.rotation_order(r)) == sorted(bench_vllm.SETTINGS) for r in range(n)
+        sorted(s.name for s in bench_vllm.rotation_order(every, r)) == sorted(s.name for s in every)
+        for r in range(len(every))
     )
 
 
-def run(tokens: int, wall: float, cpu: float) -> dict:
-    return {"token_ids": [[0] * tokens], "wall_s": wall, "cpu_s": cpu}
+def test_settings_run_minispec_k0_and_auto_on_each_thread_count():
+    ours = [s for s in bench_vllm.settings([1, 2]) if s.vllm_mode is None]
+    assert [(s.spec.num_speculative_tokens, s.threads) for s in ours] == [
+        (0, 1),
+        ("auto", 1),
+        (0, 2),
+        ("auto", 2),
+    ]
+    assert ours[3].name == "minispec auto, 2 threads"
+
+
+def test_only_target_only_counts_as_exact_when_sampling():
+    plain, draft = (s.name for s in bench_vllm.VLLM_SETTINGS)
+    assert bench_vllm.exact_vllm_modes(0.0) == {plain, draft}
+    assert bench_vllm.exact_vllm_modes(1.0) == {plain}
+
+
+def run(tokens: int, wall: float, cpu: float, rounds: float | None = None) -> dict:
+    r = {"token_ids": [[0] * tokens], "wall_s": wall, "cpu_s": cpu}
+    return r if rounds is None else {**r, "rounds_s": rounds}
+
+
+def name(k, threads: int) -> str:
+    return bench_vllm.minispec_setting(k, threads).name
+
+
+def fake_runs() -> dict[str, list[dict]]:
+    plain, draft = (s.name for s in bench_vllm.VLLM_SETTINGS)
+    return {
+        plain: [run(100, 1.0, 2.0), run(100, 1.0, 2.0)],  # 100 tok/s, 50 per CPU-second
+        draft: [run(300, 1.0, 2.0), run(300, 1.0, 2.0)],  # fastest, but exact only at T = 0
+        name(0, 1): [run(100, 1.0, 1.0, 0.5), run(100, 2.0, 2.0, 0.5)],
+        name("auto", 1): [run(200, 1.0, 1.0, 0.25), run(200, 1.0, 1.0, 0.25)],
+        name(0, 2): [run(100, 1.0, 2.0, 0.5), run(100, 1.0, 2.0, 0.5)],
+        name("auto", 2): [run(300, 1.0, 2.0, 0.5), run(300, 1.0, 2.0, 0.5)],
+    }
 
 
 def test_summary_compares_auto_with_the_fastest_exact_vllm_mode_only():
-    plain, draft, k0, auto = bench_vllm.SETTINGS
-    runs = {
-        plain: [run(100, 1.0, 2.0), run(100, 1.0, 2.0)],  # 100 tok/s, 50 per CPU-second
-        draft: [run(300, 1.0, 2.0), run(300, 1.0, 2.0)],  # fastest, but not exact here
-        k0: [run(100, 1.0, 1.0), run(100, 2.0, 2.0)],
-        auto: [run(200, 1.0, 1.0), run(200, 1.0, 1.0)],
-    }
-    s = bench_vllm.summarize(runs, exact={plain})
+    plain, draft = (s.name for s in bench_vllm.VLLM_SETTINGS)
+    s = bench_vllm.summarize(fake_runs(), {plain}, [1, 2])
     assert s["best_exact_vllm"] == plain
-    assert s["auto_over_best_vllm"]["median"] == pytest.approx(2.0)
-    assert s["auto_over_best_vllm_per_cpu_s"]["median"] == pytest.approx(4.0)
+    one, two = s["minispec"][1], s["minispec"][2]
+    assert one["auto_over_best_vllm"]["median"] == pytest.approx(2.0)
+    assert one["auto_over_best_vllm_per_cpu_s"]["median"] == pytest.approx(4.0)
     # paired by rotation: 2x in the first, 4x in the second
-    assert (s["auto_over_k0"]["min"], s["auto_over_k0"]["max"]) == pytest.approx((2.0, 4.0))
-    assert bench_vllm.summarize(runs, exact={plain, draft})["best_exact_vllm"] == draft
+    assert (one["auto_over_k0"]["min"], one["auto_over_k0"]["max"]) == pytest.approx((2.0, 4.0))
+    # rounds only: 200 tokens in 0.25 s against 100 in 0.5 s
+    assert one["auto_over_k0_rounds"]["median"] == pytest.approx(4.0)
+    assert two["auto_over_best_vllm"]["median"] == pytest.approx(3.0)
+    assert two["auto_over_k0_rounds"]["median"] == pytest.approx(3.0)
+    assert s["settings"][name(0, 1)]["rounds_tokens_per_s"]["median"] == pytest.approx(200)
+    assert (
+        s["settings"][draft]["exact"] is False and "rounds_tokens_per_s" not in s["settings"][draft]
+    )
+    assert bench_vllm.summarize(fake_runs(), {plain, draft}, [1, 2])["best_exact_vllm"] == draft
+
+
+def test_goal_lines_read_each_goal_at_its_point_and_say_whether_it_is_met():
+    plain = bench_vllm.TARGET_ONLY.name
+    rows = []
+    for b, t in ((16, 0.0), (1, 0.0), (16, 1.0), (1, 1.0)):
+        row = {"B": b, "temperature": t, **bench_vllm.summarize(fake_runs(), {plain}, [1, 2])}
+        rows.append(row)
+    lines = bench_vllm.goal_lines(rows)
+    body = lines[2:]
+    # the B = 1 goal at T = 0 only; per CPU-second and per second at each T; K = 0 per T and
+    # clock: 1 + 2 + 2 + 4 goal lines, each on two thread counts
+    assert len(body) == 2 * (1 + 2 + 2 + 4)
+    assert all(line.count("|") == 7 for line in body)
+    b1 = [line for line in body if "1.3x" in line]
+    assert [line.split(" | ")[1:4] for line in b1] == [
+        ["1", "0", "1 thread"],
+        ["1", "0", "2 threads"],
+    ]
+    # auto over target-only: 2.00x on 1 thread, 3.00x on 2 threads, both every rotation
+    assert b1[0].endswith("| 2.00x (2.00-2.00) | yes (every rotation) |")
+    # auto over its own K = 0, whole calls, 1 thread: 2x and 4x, short of 1.5x in none
+    whole = [line for line in body if "1.5x its own K = 0, whole" in line]
+    assert whole[0].endswith("| yes (every rotation) |")
+    assert not any(line.endswith("| no |") for line in body)
+    assert bench_vllm.goal_lines(rows[1:2])[2:] == b1  # unmeasured points are left out
+    # power: auto on 2 threads no faster than its own K = 0 misses the two K = 0 goals at T = 1
+    runs = fake_runs()
+    runs[name("auto", 2)] = runs[name(0, 2)]
+    slow = {"B": 16, "temperature": 1.0, **bench_vllm.summarize(runs, {plain}, [1, 2])}
+    missed = [line for line in bench_vllm.goal_lines([slow]) if line.endswith("| no |")]
+    assert len(missed) == 2 and all("its own K = 0" in m and "2 threads" in m for m in missed)
+
+
+def test_the_report_holds_both_tables_the_goals_and_the_exact_marks():
+    plain, draft = (s.name for s in bench_vllm.VLLM_SETTINGS)
+    rows = []
+    for b, t in ((16, 0.0), (16, 1.0)):
+        exact = bench_vllm.exact_vllm_modes(t)
+        row = {"B": b, "temperature": t, "rotations": 2, "sample_scores": {}}
+        rows.append({**row, **bench_vllm.summarize(fake_runs(), exact, [1, 2])})
+    m = {"cpu": "x", "cores": 2, "torch": "2", "load_average_at_start": 0.1}
+    report = {"machine": m, "compile_mode": "jit", "thread_counts": [1, 2], "usable_cores": 2}
+    report.update(prompts=6, max_new_tokens=8, rows=rows)
+    report["vllm"] = {"version": "v", "device": "cpu", "startup_s": {"plain": 30.0}}
+    # as bench.json keeps it: the thread counts become strings
+    text = bench_vllm.render(json.loads(json.dumps(report)), "make bench")
+    assert bench_vllm.SETTINGS_HEADER in text and bench_vllm.RATIOS_HEADER in text
+    assert f"| 16 | 1 | {draft} (not exact) |" in text and f"| 16 | 0 | {draft} |" in text
+    assert "| 16 | 1 | 2 threads | target-only |" in text  # the best exact mode at T = 1
+    assert "| 16 | 0 | 2 threads | draft_model K = 4 |" in text
+    assert "| auto ≥ 1.2x its own K = 0, rounds only | 16 | 1 | 1 thread | 4.00x" in text
+    assert "Engine start-up, to the first request (s): plain 30." in text
+
+
+def test_verdict_tells_every_rotation_from_the_median_from_a_miss():
+    def s(lo, med, hi):
+        return {"min": lo, "median": med, "max": hi}
+
+    assert bench_vllm.verdict(s(1.5, 1.6, 1.7), 1.5) == "yes (every rotation)"
+    assert bench_vllm.verdict(s(1.4, 1.5, 1.7), 1.5) == "yes (median; not every rotation)"
+    assert bench_vllm.verdict(s(1.2, 1.49, 1.7), 1.5) == "no"
+
+
+def test_the_all_cores_decoder_is_a_second_decoder_on_the_same_models(monkeypatch):
+    from minispec.decode import SpeculativeDecoder
+
+    target = GPT(
+        GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
+    )
+    decoder = SpeculativeDecoder(target, target, compile=False, eos_token_id=3)
+    monkeypatch.setattr(bench_vllm, "usable_cores", lambda: 2)
+    decoders = bench_vllm.decoders_per_thread_count(decoder, 1)
+    assert list(decoders) == [1, 2] and decoders[1] is decoder
+    other = decoders[2]
+    assert other is not decoder and other.target is target and other.eos_token_id == 3
+    monkeypatch.setattr(bench_vllm, "usable_cores", lambda: 1)
+    assert bench_vllm.decoders_per_thread_count(decoder, 1) == {1: decoder}
+
+
+def test_minispec_runs_its_rounds_on_the_settings_thread_count(monkeypatch):
+    seen = []
+
+    class Decoder:
+        def generate(self, prompts, params, spec):
+            from types import SimpleNamespace
+
+            seen.append((torch.get_num_threads(), len(prompts), spec.num_speculative_tokens))
+            stats = SimpleNamespace(decode_time=0.5)
+            return SimpleNamespace(token_ids=[[7, 8]] * len(prompts), stats=stats)
+
+    before = torch.get_num_threads()
+    setting = bench_vllm.minispec_setting("auto", 2)
+    r = bench_vllm.minispec_run(Decoder(), [[1], [2], [3]], setting, 0.0, 2, 0, batch=False)
+    assert seen == [(2, 1, "auto")] * 3  # B = 1: one request after another
+    assert r["rounds_s"] == pytest.approx(1.5) and bench_vllm.tokens(r) == 6
+    assert torch.get_num_threads() == before
 
 
 def test_the_check_writes_its_table_and_fails_on_a_greedy_difference(tmp_path, monkeypatch):
@@ -169,3 +305,56 @@ def test_the_bench_part_is_one_line_without_the_vllm_environment(tmp_path, capsy
     assert note.startswith("vLLM rows skipped") and "make vllm-check" in note
     assert capsys.readouterr().out.count("\n") == 1
     assert not (tmp_path / "vllm").exists()  # nothing written
+
+
+def test_measure_rotates_every_setting_and_sends_vllm_no_seed(monkeypatch, tmp_path):
+    """measure() end to end with the engines stubbed and a tiny eager decoder per thread count:
+    each point runs every setting once per rotation, warms each decoder on its own thread
+    count, hands vLLM no seed, and scores the vLLM samples at T > 0 only."""
+    from minispec.decode import SpeculativeDecoder
+
+    class Engine:
+        def __init__(self):
+            self.seeds, self.running = [], False
+
+        def resume(self):
+            self.running = True
+
+        def pause(self):
+            self.running = False
+
+        def generate(self, prompts, temperature, max_new, seed, batch):
+            assert self.running  # only a resumed engine is asked
+            self.seeds.append(seed)
+            return {"token_ids": [[65] * max_new for _ in prompts], "wall_s": 1.0, "cpu_s": 2.0}
+
+    torch.manual_seed(0)
+    target = GPT(
+        GPTConfig(vocab_size=258, n_layer=1, n_head=2, d_model=16, mlp_hidden=32, max_seq_len=32)
+    )
+    decoders = {t: SpeculativeDecoder(target, target, compile=False) for t in (1, 2)}
+    warmed = []
+    monkeypatch.setattr(
+        bench_vllm.bench_proposers,
+        "warm_up",
+        lambda d, prompts, specs, t: warmed.append((d, torch.get_num_threads(), len(specs))),
+    )
+    monkeypatch.setattr(bench_vllm, "BATCH_SIZES", (2, 1))
+    engines = {"plain": Engine(), "draft_model": Engine()}
+    seen = []
+    rows = bench_vllm.measure(
+        decoders, engines, ["ab", "cd"], [0.0, 1.0], 3, 2, lambda rows: seen.append(len(rows))
+    )
+    assert seen == [1, 2, 3, 4] and [(r["B"], r["temperature"]) for r in rows] == [
+        (2, 0.0),
+        (1, 0.0),
+        (2, 1.0),
+        (1, 1.0),
+    ]
+    assert [(d is decoders[t], t, n) for d, t, n in warmed] == [(True, 1, 2), (True, 2, 2)] * 4
+    # 4 points x 2 rotations; B = 1 sends both prompts in one job (one request at a time)
+    assert all(e.seeds == [None] * 8 for e in engines.values())
+    for r in rows:
+        assert len(r["settings"]) == 6 and set(r["minispec"]) == {1, 2}
+        assert bool(r["sample_scores"]) == (r["temperature"] > 0)
+    assert rows[2]["best_exact_vllm"] == "vLLM target-only"

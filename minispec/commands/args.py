@@ -23,7 +23,10 @@ INT64_MAX = 2**63 - 1  # torch's widest integer: larger Python ints overflow whe
 # work, and an OpenMP team's barrier per kernel costs more than a second core saves. When another
 # process holds that core the barrier waits for it to be scheduled: measured on the 2-core dev
 # machine, the target's step went from 6.8 ms (1 thread) to 35-300 ms (2 threads).
-THREADS_HELP = "CPU threads for torch (default 1: faster for B = 1 decoding)"
+THREADS_HELP = (
+    "CPU threads for the decode rounds (default 1: faster for B = 1 decoding); the prefill "
+    "runs on every core"
+)
 
 
 def fail(message: str) -> int:

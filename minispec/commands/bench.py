@@ -19,9 +19,11 @@
 6. Peer: transformers on the same pair (exported), on the same prompts and threads, target-only
    and assisted generation, interleaved with minispec, at T = 0 and T = 1 (results/peer.md);
    skipped with a note when transformers is not installed.
-7. vLLM: vLLM target-only and with the draft beside minispec K = 0 and auto, B = 1 and 16, in
-   rotation, tok/s and tok/s per CPU-second (bench_vllm.py, results/vllm/bench.md); skipped with
-   a note when vLLM's environment (`make vllm-check` builds it) is absent.
+7. vLLM: vLLM target-only and with the draft beside minispec K = 0 and auto (rounds on the
+   bench's thread count and on every core), B = 1 and 16, T = 0 and 1, in rotation: tok/s and
+   tok/s per CPU-second of whole calls, minispec's rounds alone, and issue 32's goals as
+   "goal / measured / met?" lines (bench_vllm.py, results/vllm/bench.md); skipped with a note
+   when vLLM's environment (`make vllm-check` builds it) is absent.
 
 Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
 Writes results/bench.json, results/bench.md, results/peer.md and results/speedup.png (or a
@@ -349,7 +351,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--threads",
         type=thread_count,
         default=1,
-        help="CPU threads (default 1: B = 1 decode steps are latency-bound)",
+        help="CPU threads for the rounds (default 1: B = 1 decode steps are latency-bound); the "
+        "prefill runs on every core",
     )
     parser.add_argument(
         "--draft-sample-method",

@@ -2,23 +2,31 @@
 
 vLLM runs in its own virtual environment (`make vllm-check` builds .venv-vllm), so each vLLM
 mode is one engine in a child process (minispec.commands.vllm_peer), started once; its start-up
-is reported apart. At each batch size B and temperature T, four settings run in rotation, the
+is reported apart. At each batch size B and temperature T, the settings run in rotation, the
 order shifted by one each rotation: vLLM target-only, vLLM with the exported draft
-(`draft_model`, K = 4), minispec K = 0 and minispec K = "auto". B = 1 decodes each held-out
-prompt as its own request, one after another; B = 16 decodes one batch of 16 prompts (the
-held-out prompts repeated). vLLM's prefix caching is off: the prompts repeat (within a batch and
-from rotation to rotation), and with it on vLLM would skip most of its prefill, which minispec
-computes every time; this part compares decoding. While one engine runs, the other vLLM
-engine's processes are stopped (SIGSTOP): an idle engine polls.
+(`draft_model`, K = 4), and minispec K = 0 and K = "auto" at the bench's thread count (1 by
+default) and on every core this process may use. Only minispec's rounds run on that count: its
+prefill runs on every core in every setting (minispec/threads.py). Each thread count has a
+decoder of its own, so its rounds are compiled for it (Inductor bakes the thread count into its
+parallel loops). B = 1 decodes each held-out prompt as its own request, one after another;
+B = 16 decodes one batch of 16 prompts (the held-out prompts repeated). vLLM's prefix caching
+is off: the prompts repeat (within a batch and from rotation to rotation), and with it on vLLM
+would skip most of its prefill, which minispec computes every time; this part compares decoding.
+While one engine runs, the other vLLM engine's processes are stopped (SIGSTOP): an idle engine
+polls. vLLM's requests carry no seed: timing needs none, and vLLM's CPU worker fails on a seeded
+request at T = 1 with prefix caching off ("CPU Generator does not use offset").
 
 Each run reports tok/s (generated tokens over wall seconds, prefill included, as a user waits)
-and CPU seconds per generated token: minispec's process time, and for vLLM the CPU time of the
-engine's processes (vLLM's front end, engine core and worker). tok/s per CPU-second divides the
-two: a measure of work that a shared or busy machine does not distort as much as wall time.
+and CPU seconds per generated token: minispec's process time (every thread), and for vLLM the
+CPU time of the engine's processes (vLLM's front end, engine core and worker). tok/s per
+CPU-second divides the two: a measure of work that a shared or busy machine does not distort as
+much as wall time. minispec's runs also report their rounds alone (prefill left out, wall time),
+which is what speculation can shorten.
 
-At T > 0 a vLLM mode counts as exact only when its samples score like vLLM target-only's under
-minispec's target (minispec.commands.vllm_check.sampling_verdict, on the first rotation's
-samples); ratios against "vLLM's best exact mode" use only those.
+Which vLLM modes count as exact: at T = 0 both (their token ids equal minispec K = 0's in
+`make vllm-check`); at T > 0 target-only alone, because vLLM's speculative sampling on the CPU
+fails `make vllm-check` (results/vllm/check.md). The draft mode is timed at T > 0 all the same,
+and its samples are scored under minispec's target (nats/token) beside target-only's.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,98 +44,147 @@ from minispec.commands.bench_sampler import machine
 from minispec.commands.spread import format_spread, spread
 from minispec.commands.vllm_check import sample_nll, sampling_verdict, strip_eos
 from minispec.commands.vllm_peer import ROOT, VLLMEngine
+from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.threads import torch_threads, usable_cores
 from model import tokenizer
 from model.hf import export_folder
 
 VLLM_K = 4
-SETTINGS = ("vLLM target-only", f"vLLM draft_model K = {VLLM_K}", "minispec K = 0", "minispec auto")
-VLLM_MODES = {SETTINGS[0]: "plain", SETTINGS[1]: "draft_model"}
-SPECS = {SETTINGS[2]: SpeculativeConfig(0), SETTINGS[3]: SpeculativeConfig("auto")}
 BATCH_SIZES = (16, 1)
 DEFAULT_PYTHON = ".venv-vllm/bin/python"
 
 
-def minispec_run(decoder, prompts, spec, temperature, max_new, seed, batch) -> dict:
-    """Like a vLLM job: token ids, wall and CPU seconds (prefill included)."""
-    groups = [prompts] if batch else [[p] for p in prompts]
-    token_ids, decode_s = [], 0.0
-    cpu, wall = time.process_time(), time.perf_counter()
-    for g, group in enumerate(groups):
-        params = [
-            SamplingParams(temperature=temperature, seed=seed + g + i, max_new_tokens=max_new)
-            for i in range(len(group))
-        ]
-        out = decoder.generate(group, params, spec)
-        token_ids += out.token_ids
-        decode_s += out.stats.decode_time
-    return {
-        "token_ids": token_ids,
-        "wall_s": time.perf_counter() - wall,
-        "cpu_s": time.process_time() - cpu,
-        "decode_s": decode_s,
-    }
+@dataclass(frozen=True)
+class Setting:
+    """One column of the rotation: a vLLM engine's mode, or a minispec K on a thread count."""
+
+    name: str
+    vllm_mode: str | None = None
+    spec: SpeculativeConfig | None = None
+    threads: int = 0
 
 
-def rotation_order(r: int) -> list[str]:
+TARGET_ONLY = Setting("vLLM target-only", vllm_mode="plain")
+VLLM_SETTINGS = (TARGET_ONLY, Setting(f"vLLM draft_model K = {VLLM_K}", vllm_mode="draft_model"))
+
+
+def threads_label(threads: int) -> str:
+    return f"{threads} thread{'s' if threads > 1 else ''}"
+
+
+def minispec_setting(k: int | str, threads: int) -> Setting:
+    kind = "auto" if k == "auto" else f"K = {k}"
+    return Setting(
+        f"minispec {kind}, {threads_label(threads)}", spec=SpeculativeConfig(k), threads=threads
+    )
+
+
+def settings(thread_counts: list[int]) -> list[Setting]:
+    """Every setting of the rotation: vLLM's two, then minispec K = 0 and auto per thread count."""
+    ours = [minispec_setting(k, t) for t in thread_counts for k in (0, "auto")]
+    return [*VLLM_SETTINGS, *ours]
+
+
+def rotation_order(all_settings: list[Setting], r: int) -> list[Setting]:
     """The settings in rotation r's order: shifted by r, so each setting runs first in turn."""
-    shift = r % len(SETTINGS)
-    return list(SETTINGS[shift:] + SETTINGS[:shift])
+    shift = r % len(all_settings)
+    return all_settings[shift:] + all_settings[:shift]
 
 
-def summarize(runs: dict[str, list[dict]], exact: set[str]) -> dict:
-    """Per setting, tok/s and tok/s per CPU-second over the rotations (median, min, max), and
-    the ratios the goals name, each paired within a rotation."""
-    out: dict = {"settings": {}}
+def exact_vllm_modes(temperature: float) -> set[str]:
+    """The vLLM settings that count as exact (the module's docstring says why)."""
+    return {s.name for s in VLLM_SETTINGS} if temperature == 0 else {TARGET_ONLY.name}
+
+
+def minispec_run(decoder, prompts, setting, temperature, max_new, seed, batch) -> dict:
+    """Like a vLLM job: token ids, wall and CPU seconds (prefill included), and the wall seconds
+    of the rounds alone; the rounds on the setting's thread count."""
+    groups = [prompts] if batch else [[p] for p in prompts]
+    token_ids, rounds_s = [], 0.0
+    with torch_threads(setting.threads):
+        cpu, wall = time.process_time(), time.perf_counter()
+        for g, group in enumerate(groups):
+            params = [
+                SamplingParams(temperature=temperature, seed=seed + g + i, max_new_tokens=max_new)
+                for i in range(len(group))
+            ]
+            out = decoder.generate(group, params, setting.spec)
+            token_ids += out.token_ids
+            rounds_s += out.stats.decode_time
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"token_ids": token_ids, "wall_s": wall, "cpu_s": cpu, "rounds_s": rounds_s}
+
+
+def tokens(run: dict) -> int:
+    return sum(map(len, run["token_ids"]))
+
+
+def rate(run: dict, clock: str) -> float:
+    """Generated tokens per second of `clock`: wall_s, cpu_s or rounds_s."""
+    return tokens(run) / run[clock]
+
+
+def paired(a: list[dict], b: list[dict], clock: str) -> dict:
+    """a's rate over b's, each rotation's pair on its own, then spread over the rotations."""
+    return spread([rate(x, clock) / rate(y, clock) for x, y in zip(a, b)])
+
+
+def summarize(runs: dict[str, list[dict]], exact: set[str], thread_counts: list[int]) -> dict:
+    """Per setting, tok/s, tok/s per CPU-second, CPU-seconds per second and (minispec) tok/s of
+    the rounds alone, over the rotations (median, min, max); per thread count, the ratios the
+    goals name, each paired within a rotation."""
+    out: dict = {"settings": {}, "minispec": {}}
     for name, rs in runs.items():
-        tokens = [sum(map(len, r["token_ids"])) for r in rs]
-        out["settings"][name] = {
-            "tokens_per_s": spread([t / r["wall_s"] for t, r in zip(tokens, rs)]),
-            "tokens_per_cpu_s": spread([t / r["cpu_s"] for t, r in zip(tokens, rs)]),
+        s = {
+            "tokens_per_s": spread([rate(r, "wall_s") for r in rs]),
+            "tokens_per_cpu_s": spread([rate(r, "cpu_s") for r in rs]),
             "cpu_s_per_s": spread([r["cpu_s"] / r["wall_s"] for r in rs]),
-            "exact": name in exact,
         }
-    stats = out["settings"]
+        if "rounds_s" in rs[0]:
+            s["rounds_tokens_per_s"] = spread([rate(r, "rounds_s") for r in rs])
+        else:
+            s["exact"] = name in exact
+        out["settings"][name] = s
     best = max(
-        (n for n in VLLM_MODES if n in exact), key=lambda n: stats[n]["tokens_per_s"]["median"]
+        (s.name for s in VLLM_SETTINGS if s.name in exact),
+        key=lambda n: out["settings"][n]["tokens_per_s"]["median"],
     )
     out["best_exact_vllm"] = best
-    auto, k0 = runs["minispec auto"], runs["minispec K = 0"]
-
-    def paired(a: list[dict], b: list[dict], per_cpu: bool) -> dict:
-        def rate(r: dict) -> float:
-            return sum(map(len, r["token_ids"])) / (r["cpu_s"] if per_cpu else r["wall_s"])
-
-        return spread([rate(x) / rate(y) for x, y in zip(a, b)])
-
-    out["auto_over_best_vllm"] = paired(auto, runs[best], per_cpu=False)
-    out["auto_over_best_vllm_per_cpu_s"] = paired(auto, runs[best], per_cpu=True)
-    out["auto_over_k0"] = paired(auto, k0, per_cpu=False)
+    for t in thread_counts:
+        auto = runs[minispec_setting("auto", t).name]
+        k0 = runs[minispec_setting(0, t).name]
+        out["minispec"][t] = {
+            "auto_over_best_vllm": paired(auto, runs[best], "wall_s"),
+            "auto_over_best_vllm_per_cpu_s": paired(auto, runs[best], "cpu_s"),
+            "auto_over_k0": paired(auto, k0, "wall_s"),
+            "auto_over_k0_rounds": paired(auto, k0, "rounds_s"),
+        }
     return out
 
 
-def exact_modes(decoder, prompts, runs: dict[str, list[dict]], temperature: float) -> tuple:
-    """The vLLM modes that count as exact, and the T > 0 verdicts: at T = 0 every mode (the
-    token ids are checked by `make vllm-check`); at T > 0 those whose samples, every rotation's,
-    score like vLLM target-only's under the target (sampling_verdict)."""
-    if temperature == 0:
-        return set(VLLM_MODES), {}
+def sample_scores(decoder, prompts, runs: dict[str, list[dict]]) -> dict:
+    """At T > 0: each vLLM mode's samples (every rotation's) scored under minispec's target,
+    in nats/token, and whether they score like target-only's (sampling_verdict)."""
     nll = {}
-    for name in VLLM_MODES:
-        samples = [strip_eos(s, decoder.eos_token_id) for r in runs[name] for s in r["token_ids"]]
-        nll[name] = sample_nll(decoder.target, prompts * len(runs[name]), samples)
-    reference = nll[SETTINGS[0]]
-    verdicts = {SETTINGS[0]: {"mean_nll": statistics.fmean(reference), "agrees": True}}
-    for name in VLLM_MODES:
-        if name != SETTINGS[0]:
-            verdicts[name] = sampling_verdict(nll[name], reference)
-            verdicts[name]["mean_nll"] = statistics.fmean(nll[name])
-    return {n for n, v in verdicts.items() if v["agrees"]}, verdicts
+    for s in VLLM_SETTINGS:
+        rs = runs[s.name]
+        samples = [strip_eos(x, decoder.eos_token_id) for r in rs for x in r["token_ids"]]
+        nll[s.name] = sample_nll(decoder.target, prompts * len(rs), samples)
+    reference = nll[TARGET_ONLY.name]
+    verdicts = {TARGET_ONLY.name: {"mean_nll": statistics.fmean(reference), "agrees": True}}
+    for name, values in nll.items():
+        if name != TARGET_ONLY.name:
+            verdicts[name] = sampling_verdict(values, reference)
+            verdicts[name]["mean_nll"] = statistics.fmean(values)
+    return verdicts
 
 
-def measure(decoder, engines, texts, temperatures, max_new, rotations, on_row) -> list[dict]:
-    """Every (B, T) point: the four settings in rotation, then the point's summary, handed to
-    on_row(rows) as soon as it is known."""
+def measure(decoders, engines, texts, temperatures, max_new, rotations, on_row) -> list[dict]:
+    """Every (B, T) point: the settings in rotation, then the point's summary, handed to
+    on_row(rows) as soon as it is known. decoders: one per minispec thread count."""
+    thread_counts = list(decoders)
+    all_settings = settings(thread_counts)
     rows = []
     for temperature in temperatures:
         for b in BATCH_SIZES:
@@ -134,103 +192,169 @@ def measure(decoder, engines, texts, temperatures, max_new, rotations, on_row) -
             chosen = [texts[i % len(texts)] for i in range(b)] if batch else texts
             prompts = [tokenizer.encode(t) for t in chosen]
             warm = prompts if batch else prompts[:1]
-            bench_proposers.warm_up(decoder, warm, SPECS.values(), temperature)
-            runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+            for t, decoder in decoders.items():
+                with torch_threads(t):
+                    specs = [s.spec for s in all_settings if s.threads == t]
+                    bench_proposers.warm_up(decoder, warm, specs, temperature)
+            runs: dict[str, list[dict]] = {s.name: [] for s in all_settings}
             for r in range(rotations):
-                for name in rotation_order(r):
-                    seed = 1000 * r
-                    if name in VLLM_MODES:
-                        engine = engines[VLLM_MODES[name]]
+                for s in rotation_order(all_settings, r):
+                    if s.vllm_mode:
+                        engine = engines[s.vllm_mode]
                         engine.resume()
-                        result = engine.generate(prompts, temperature, max_new, seed, batch)
+                        result = engine.generate(prompts, temperature, max_new, None, batch)
                         engine.pause()
                     else:
-                        spec = SPECS[name]
+                        decoder = decoders[s.threads]
                         result = minispec_run(
-                            decoder, prompts, spec, temperature, max_new, seed, batch
+                            decoder, prompts, s, temperature, max_new, 1000 * r, batch
                         )
-                    runs[name].append(result)
-            exact, verdicts = exact_modes(decoder, prompts, runs, temperature)
+                    runs[s.name].append(result)
+            exact = exact_vllm_modes(temperature)
             row = {"B": b, "temperature": temperature, "prompts": len(prompts)}
-            row.update(summarize(runs, exact), sampling_verdicts=verdicts, rotations=rotations)
-            row["minispec_decode_only_tokens_per_s"] = {
-                name: spread([sum(map(len, r["token_ids"])) / r["decode_s"] for r in runs[name]])
-                for name in SPECS
-            }
-            print(format_row(row), flush=True)
+            row.update(summarize(runs, exact, thread_counts), rotations=rotations)
+            reference = decoders[thread_counts[0]]
+            row["sample_scores"] = sample_scores(reference, prompts, runs) if temperature else {}
+            print("\n".join(format_point(row)), flush=True)
             rows.append(row)
             on_row(rows)
     return rows
 
 
-def format_row(row: dict) -> str:
-    """One markdown row: each setting's tok/s and tok/s per CPU-second, then the ratios."""
-    cells = [str(row["B"]), f"{row['temperature']:g}"]
-    for name in SETTINGS:
-        s = row["settings"][name]
-        mark = "" if s["exact"] or name not in VLLM_MODES else " (not exact)"
-        cells.append(
-            f"{s['tokens_per_s']['median']:.0f} / {s['tokens_per_cpu_s']['median']:.0f}{mark}"
-        )
-    cells += [
-        row["best_exact_vllm"].removeprefix("vLLM "),
-        format_spread(row["auto_over_best_vllm"]),
-        format_spread(row["auto_over_best_vllm_per_cpu_s"]),
-        format_spread(row["auto_over_k0"]),
-    ]
-    return "| " + " | ".join(cells) + " |"
-
-
-HEADER = (
-    "| B | T | "
-    + " | ".join(SETTINGS)
-    + " | vLLM's best exact mode | auto / it, per second | auto / it, per CPU-second | "
-    "auto / minispec K = 0 |\n|" + "---|" * (len(SETTINGS) + 6)
+SETTINGS_HEADER = (
+    "| B | T | setting | tok/s, whole calls | tok/s per CPU-second | CPU-seconds per second | "
+    "tok/s, rounds only |\n|---|---|---|---|---|---|---|"
 )
+RATIOS_HEADER = (
+    "| B | T | minispec's rounds on | vLLM's best exact mode | auto / it, per second | "
+    "auto / it, per CPU-second | auto / own K = 0, whole calls | auto / own K = 0, rounds only |"
+    "\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def format_settings(row: dict) -> list[str]:
+    """The point's rows of the settings table: median (min-max) of each measure."""
+    lines = []
+    for name, s in row["settings"].items():
+        mark = " (not exact)" if s.get("exact") is False else ""
+        rounds = s.get("rounds_tokens_per_s")
+        cells = [
+            str(row["B"]),
+            f"{row['temperature']:g}",
+            name + mark,
+            format_spread(s["tokens_per_s"], "", 0),
+            format_spread(s["tokens_per_cpu_s"], "", 0),
+            format_spread(s["cpu_s_per_s"], ""),
+            format_spread(rounds, "", 0) if rounds else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def format_ratios(row: dict) -> list[str]:
+    """The point's rows of the ratios table, one per minispec thread count."""
+    lines = []
+    for t, r in row["minispec"].items():
+        cells = [
+            str(row["B"]),
+            f"{row['temperature']:g}",
+            threads_label(int(t)),
+            row["best_exact_vllm"].removeprefix("vLLM "),
+            format_spread(r["auto_over_best_vllm"]),
+            format_spread(r["auto_over_best_vllm_per_cpu_s"]),
+            format_spread(r["auto_over_k0"]),
+            format_spread(r["auto_over_k0_rounds"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def format_point(row: dict) -> list[str]:
+    """What the console shows once a point is measured: both its tables."""
+    return [SETTINGS_HEADER, *format_settings(row), "", RATIOS_HEADER, *format_ratios(row), ""]
+
+
+# Issue 32's speed goals: (goal, B, T, the ratio it reads, the least value that meets it).
+GOALS = (
+    ("auto ≥ 1.3x vLLM's best exact mode, tok/s", 1, 0.0, "auto_over_best_vllm", 1.3),
+    ("auto ≥ vLLM's best exact mode per CPU-second", 16, None, "auto_over_best_vllm_per_cpu_s", 1),
+    ("auto ≥ 0.9x vLLM's best exact mode per second", 16, None, "auto_over_best_vllm", 0.9),
+    ("auto ≥ 1.5x its own K = 0, whole calls", 16, 0.0, "auto_over_k0", 1.5),
+    ("auto ≥ 1.5x its own K = 0, rounds only", 16, 0.0, "auto_over_k0_rounds", 1.5),
+    ("auto ≥ 1.2x its own K = 0, whole calls", 16, 1.0, "auto_over_k0", 1.2),
+    ("auto ≥ 1.2x its own K = 0, rounds only", 16, 1.0, "auto_over_k0_rounds", 1.2),
+)
+
+
+def verdict(s: dict, least: float) -> str:
+    """Whether a ratio's rotations meet a goal: all of them, the median only, or not."""
+    if s["min"] >= least:
+        return "yes (every rotation)"
+    if s["median"] >= least:
+        return "yes (median; not every rotation)"
+    return "no"
+
+
+def goal_lines(rows: list[dict]) -> list[str]:
+    """The goals table: one line per goal, measured point and minispec thread count (a goal
+    with no T of its own is read at every T measured); goals whose point was not measured are
+    left out."""
+    lines = [
+        "| goal | B | T | minispec's rounds on | measured | met? |",
+        "|---|---|---|---|---|---|",
+    ]
+    for goal, b, temperature, key, least in GOALS:
+        for row in rows:
+            if row["B"] != b or temperature not in (None, row["temperature"]):
+                continue
+            for t, ratios in row["minispec"].items():
+                s = ratios[key]
+                cells = [goal, str(b), f"{row['temperature']:g}", threads_label(int(t))]
+                cells += [format_spread(s), verdict(s, least)]
+                lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def render(report: dict, command: str) -> str:
     """results/vllm/bench.md."""
     m, rows = report["machine"], report["rows"]
+    counts = " and ".join(threads_label(t) for t in report["thread_counts"])
     lines = [
         "# vLLM beside minispec: speed\n",
         f"`{command}`\n",
         f"Machine: {m['cpu']}, {m['cores']} cores shared with other work (the load average at the "
-        f"start was {m.get('load_average_at_start', '?')}), torch {m['torch']}, {m['threads']} "
-        f"thread(s) for minispec, rounds compiled {report['compile_mode']}; vLLM "
+        f"start was {m.get('load_average_at_start', '?')}), torch {m['torch']}. minispec: rounds "
+        f"compiled {report['compile_mode']}, run on {counts} (a decoder compiled for each), the "
+        f"prefill on all {report['usable_cores']} usable cores in every setting. vLLM "
         f"{report['vllm']['version']} ({report['vllm']['device']}), float32, max_model_len 512, "
-        "VLLM_CPU_KVCACHE_SPACE=1, prefix caching off. "
+        "VLLM_CPU_KVCACHE_SPACE=1, prefix caching off, requests unseeded (timing needs no seed; "
+        "vLLM's CPU worker fails on seeded requests at T = 1). "
         f"{report['prompts']} held-out prompts of 300 bytes, "
         f"{report['max_new_tokens']} new tokens each; B = 16 repeats them. {rows[0]['rotations']} "
-        "rotations, the order shifted each rotation. Each cell: median tok/s (wall clock, "
-        "prefill included) / median tok/s per CPU-second. Ratios: median (min-max) of the "
-        "per-rotation ratios.\n",
-        HEADER,
-        *(format_row(r) for r in rows),
+        "rotations, the order shifted each rotation. Each cell: median [an interval covering the "
+        "median with at least 95 %, from 6 rotations on] (min-max) over the rotations; ratios "
+        "are paired within a rotation first. Whole calls count the prefill, as vLLM is timed; "
+        "rounds only (minispec) leave it out, in wall time (no CPU clock is kept for the rounds "
+        "alone).\n",
+        "Exact modes: at T = 0 both vLLM modes (`make vllm-check` finds their tokens equal to "
+        "minispec K = 0's); at T > 0 vLLM target-only alone (its speculative sampling fails "
+        "`make vllm-check` on the CPU, results/vllm/check.md): the draft mode is timed and marked "
+        "not exact, and 'best exact mode' picks among exact modes only.\n",
+        SETTINGS_HEADER,
+        *(line for r in rows for line in format_settings(r)),
         "",
-        "CPU-seconds per second (median): "
-        + "; ".join(
-            f"B = {r['B']}, T = {r['temperature']:g}: "
-            + ", ".join(f"{n} {s['cpu_s_per_s']['median']:.2f}" for n, s in r["settings"].items())
-            for r in rows
-        )
-        + ".\n",
-        "minispec's own decode-only tok/s (prefill left out, as `make bench`'s other parts report "
-        "it): "
-        + "; ".join(
-            f"B = {r['B']}, T = {r['temperature']:g}: "
-            + ", ".join(
-                f"{n} {format_spread(s, '')}"
-                for n, s in r["minispec_decode_only_tokens_per_s"].items()
-            )
-            for r in rows
-        )
-        + ".\n",
+        RATIOS_HEADER,
+        *(line for r in rows for line in format_ratios(r)),
+        "",
+        "Issue 32's speed goals, measured here (met: the median reaches the goal; 'every "
+        "rotation': the smallest ratio does too):\n",
+        *goal_lines(rows),
+        "",
         "Engine start-up, to the first request (s): "
         + ", ".join(f"{n} {v:.0f}" for n, v in report["vllm"]["startup_s"].items())
         + ".",
     ]
-    sampled = [r for r in rows if r["sampling_verdicts"]]
+    sampled = [r for r in rows if r["sample_scores"]]
     if sampled:
         lines.append(
             "\nT > 0 samples under minispec's target (nats/token, mean over every rotation's "
@@ -240,13 +364,28 @@ def render(report: dict, command: str) -> str:
                 + ", ".join(
                     f"{n} {v['mean_nll']:.2f}"
                     + ("" if v["agrees"] else " (differs from target-only)")
-                    for n, v in r["sampling_verdicts"].items()
+                    for n, v in r["sample_scores"].items()
                 )
                 for r in sampled
             )
             + "."
         )
     return "\n".join(lines) + "\n"
+
+
+def decoders_per_thread_count(decoder: SpeculativeDecoder, threads: int) -> dict:
+    """The bench's decoder on its thread count and, on a CPU with more usable cores, a second
+    decoder on the same models for all of them, whose rounds compile on that count."""
+    decoders = {threads: decoder}
+    cores = usable_cores()
+    if decoder.device.type == "cpu" and cores != threads:
+        decoders[cores] = SpeculativeDecoder(
+            decoder.target,
+            decoder.draft,
+            compile=decoder.compile,
+            eos_token_id=decoder.eos_token_id,
+        )
+    return decoders
 
 
 def vllm_section(decoder, texts, args, path: Path) -> dict | str:
@@ -259,9 +398,12 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
         print(f"  {note}", flush=True)
         return note
     temperatures = [float(t) for t in args.temperatures.split(",")]
+    decoders = decoders_per_thread_count(decoder, args.threads)
     report: dict = {
-        "machine": machine(torch.device(args.device), torch.get_num_threads()),
+        "machine": machine(torch.device(args.device), args.threads),
         "compile_mode": args.compile_mode,
+        "thread_counts": list(decoders),
+        "usable_cores": usable_cores(),
         "prompts": len(texts),
         "max_new_tokens": args.max_new_tokens,
     }
@@ -270,7 +412,8 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
             export_folder(model, Path(folder) / role, torch.float32)
         engines = {}
         try:
-            for mode in VLLM_MODES.values():
+            for s in VLLM_SETTINGS:
+                mode = s.vllm_mode
                 engines[mode] = VLLMEngine(
                     str(python), Path(folder), mode, VLLM_K, prefix_caching=False
                 )
@@ -282,7 +425,6 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
                 "device": info["device"],
                 "startup_s": {m: e.startup_s for m, e in engines.items()},
             }
-            print("  " + HEADER.replace("\n", "\n  "), flush=True)
             command = "make bench ARGS='" + " ".join(args.argv) + "'" if args.argv else "make bench"
             path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -290,8 +432,9 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
                 path.write_text(render({**report, "rows": rows}, command))
 
             report["rows"] = measure(
-                decoder, engines, texts, temperatures, args.max_new_tokens, args.repeats, write
+                decoders, engines, texts, temperatures, args.max_new_tokens, args.repeats, write
             )
+            print("\n".join(goal_lines(report["rows"])), flush=True)
         finally:
             for engine in engines.values():
                 engine.close()

@@ -43,10 +43,10 @@ def spread(values: list[float]) -> dict:
     }
 
 
-def format_spread(s: dict, unit: str = "x") -> str:
+def format_spread(s: dict, unit: str = "x", digits: int = 2) -> str:
     """'1.16x [1.01-1.26] (0.90-1.30)': median [interval, when there is one] (min-max)."""
     interval = s.get("interval")  # absent in results written before intervals were printed
-    text = f"{s['median']:.2f}{unit}"
+    text = f"{s['median']:.{digits}f}{unit}"
     if interval:
-        text += f" [{interval['low']:.2f}-{interval['high']:.2f}]"
-    return text + f" ({s['min']:.2f}-{s['max']:.2f})"
+        text += f" [{interval['low']:.{digits}f}-{interval['high']:.{digits}f}]"
+    return text + f" ({s['min']:.{digits}f}-{s['max']:.{digits}f})"

@@ -1,0 +1,45 @@
+"""How many CPU threads torch runs on: the caller's count for the rounds, every core for the
+prefill.
+
+A round is a few milliseconds of small kernels, where an OpenMP team's barrier per kernel costs
+more than a second core saves (and far more when another process holds that core), so the
+rounds run on whatever the caller set (the CLI and the bench default to one thread). The
+prefill is the opposite case: every prompt token of every row through each model at once,
+large matrix products (tens of GFLOP at B = 16) that split well across cores, run once per
+call. So the prefill takes every core this process may use, and gives the count back after.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import ContextManager
+
+import torch
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity where the OS reports one (a container or
+    `taskset` may allow fewer than the machine has), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the block with torch on `count` CPU threads; the caller's count is back afterwards,
+    also when the block raises."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def all_cores(device: torch.device) -> ContextManager[None]:
+    """torch_threads(usable_cores()) for work on the CPU; nothing on another device, whose
+    kernels torch's CPU threads do not run."""
+    return torch_threads(usable_cores()) if device.type == "cpu" else nullcontext()
