@@ -683,10 +683,10 @@ def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
     catch_up = SpeculativeDecoder.catch_up_draft
     calls: list[int] = []
 
-    def slow_catch_up(self, state, tokens_behind):
+    def slow_catch_up(self, state, tokens_behind, longest):
         calls.append(tokens_behind)
         time.sleep(0.5)
-        return catch_up(self, state, tokens_behind)
+        return catch_up(self, state, tokens_behind, longest)
 
     monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
     observed = record_round_times(monkeypatch)
