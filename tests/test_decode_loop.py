@@ -527,19 +527,30 @@ def test_compiled_round_matches_eager_and_never_recompiles() -> None:
     """The round under torch.compile(fullgraph=True) gives the eager round's tokens on a tiny
     float64 pair (a greedy and a random row, a probabilistic drafter); it compiles one graph,
     and later rounds and calls of the same shape reuse it: one compiled call (one guard check)
-    and one host read per round."""
-    target, draft = float64_pair()
-    prompts = [[1, 2], [3, 4, 5]]
+    and one host read per round. The rows cross a KV_BUCKET boundary, so the rounds read 64,
+    then 128 cache slots: the live length is a dynamic size of the one graph."""
+    target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=160)
+    draft = perturbed_copy(target, 4, mix=0.3)
+    prompts = [[1, 2] * 29, [3, 4, 5] * 20]  # 58 and 60 tokens: K = 1 reaches slot 64 at once
+    assert decode.KV_BUCKET == 64
 
     def params():
-        return [SamplingParams(temperature=t, seed=5, max_new_tokens=6) for t in (0.0, 1.0)]
+        return [SamplingParams(temperature=t, seed=5, max_new_tokens=8) for t in (0.0, 1.0)]
 
     spec = SpeculativeConfig(1, "probabilistic")
     eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
     compiled = SpeculativeDecoder(target, draft, compile=True)
+    lengths: list[int] = []  # the slots each round's forwards read
+
+    def key_positions(longest: int, k: int) -> torch.Tensor:
+        lengths.append(len(SpeculativeDecoder.key_positions(compiled, longest, k)))
+        return SpeculativeDecoder.key_positions(compiled, longest, k)
+
+    compiled.key_positions = key_positions
     torch._dynamo.utils.counters.clear()
     first = compiled.generate(prompts, params(), spec)
     assert first.token_ids == eager.token_ids
+    assert set(lengths) == {64, 128}
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     assert not torch._dynamo.utils.counters["graph_break"]
     with torch._dynamo.config.patch(error_on_recompile=True):
