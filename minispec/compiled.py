@@ -442,9 +442,9 @@ class AheadOfTime:
         flattened = Flattened(flat_fn, self.models, list(buffers), leaves, spec)
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
         dynamic = self.dynamic_of(leaves, spec)
-        sizes = [None] * len(buffers) + [
+        sizes = (None,) * len(buffers) + tuple(
             {0: torch.export.Dim.DYNAMIC} if x is dynamic else None for x in tensors
-        ]
+        )
         with quiet_treespecs():
             program = torch.export.export(
                 flattened, (*buffers.values(), *tensors), strict=False, dynamic_shapes=(sizes,)
