@@ -58,7 +58,7 @@ def request_build(aot: AheadOfTime, buffers: dict, args: tuple, todo: list[tuple
         "models": aot.models,
         "identity": aot.identity,
         "options": aot.options,
-        "dynamic_arg": aot.dynamic_arg,  # the same package: one for every length of that one
+        "dynamic_arg": aot.dynamic_arg,  # the argument whose length the package leaves dynamic
         "args": args,
         "todo": [(str(path), kwargs) for path, kwargs in todo],
         "threads": torch.get_num_threads(),  # Inductor bakes it into the parallel loops

@@ -166,8 +166,13 @@ class EOSLeaningGPT(GPT):
 
     eos_bias = 5.0
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        logits = super().forward(tokens, positions)
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        logits = super().forward(tokens, positions, key_positions)
         return logits + torch.where(
             torch.arange(logits.shape[-1]) == EOS_TOKEN_ID, self.eos_bias, 0.0
         )
@@ -207,8 +212,10 @@ class Recorder:
     def __init__(self, name: str, forward, log: list) -> None:
         self.name, self.forward, self.log = name, forward, log
 
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        logits = self.forward(tokens, positions)
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor
+    ) -> torch.Tensor:
+        logits = self.forward(tokens, positions, key_positions)
         self.log.append((self.name, tokens.clone(), positions.clone(), logits.clone()))
         return logits
 
@@ -302,8 +309,8 @@ def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -
     of the draft's cache after a round that accepted all K drafts."""
 
     def last_only(draft_forward):
-        return lambda t, p: (
-            draft_forward(t[:, -1:], p[:, -1:]) if t.shape[1] == 2 else draft_forward(t, p)
+        return lambda t, p, s: (
+            draft_forward(t[:, -1:], p[:, -1:], s) if t.shape[1] == 2 else draft_forward(t, p, s)
         )
 
     decoder = SpeculativeDecoder(*pair(), compile=False)
@@ -428,7 +435,12 @@ def test_the_loop_reads_the_device_once_per_round(
 class ConstantLogitsGPT(GPT):
     """Logits [log 9 - 1 ulp, 0] at every position: the top token's mass is 0.89999998."""
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         top = torch.nextafter(torch.tensor(9.0).log(), torch.tensor(0.0))
         return torch.stack([top, torch.tensor(0.0)]).expand(*tokens.shape, 2).clone()
 
