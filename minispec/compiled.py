@@ -2,9 +2,11 @@
 
 Every distinct input shape (and static argument: K, the methods) of a compiled callable is its
 own graph: we compile with dynamic=False so that each shape gets a static, fully specialised
-kernel. The first call with a new shape is where Inductor spends seconds to a minute generating
-and building C++ (or Triton); this wrapper prints a line before it and the time after it, and
-each call of a compiled function is one guard check.
+kernel. The one exception is a callable's `dynamic_arg`, a 1-D tensor whose length changes from
+call to call (the round's key_positions, the KV cache slots attention reads): its length is a
+dynamic size, so one graph serves every length. The first call with a new shape is where
+Inductor spends seconds to a minute generating and building C++ (or Triton); this wrapper prints
+a line before it and the time after it, and each call of a compiled function is one guard check.
 
 On the CPU, compile="aot" builds each graph ahead of time instead (AheadOfTime): an AOTInductor
 package per graph, kept on disk, which a later process loads in milliseconds where torch.compile
@@ -45,10 +47,24 @@ def describe(args: tuple, kwargs: dict) -> tuple:
     return shapes + statics
 
 
+def without_dynamic(args: tuple, dynamic_arg: int | None) -> tuple:
+    """args with the dynamic one (if any) left out: what tells one graph from another."""
+    if dynamic_arg is None or dynamic_arg >= len(args):
+        return args
+    return args[:dynamic_arg] + (None,) + args[dynamic_arg + 1 :]
+
+
+def the_dynamic(args: tuple, dynamic_arg: int | None) -> torch.Tensor | None:
+    """The dynamic argument, a 1-D tensor, or None (no dynamic_arg, or not passed)."""
+    return args[dynamic_arg] if dynamic_arg is not None and dynamic_arg < len(args) else None
+
+
 class Announced:
     """Call `fn` (compiled or not); when `announce` is set, say in one line when a call compiles
     a graph, and how long it took. An AheadOfTime `fn` announces for itself (it knows whether a
-    call built, loaded or ran eagerly) and says whether its last call compiled."""
+    call built, loaded or ran eagerly) and says whether its last call compiled. A compiled `fn`
+    takes its positional argument `dynamic_arg` (if any) with a dynamic length (mark_dynamic):
+    one graph, and one announcement, for every length."""
 
     seen: set[tuple] = set()  # shared: a graph compiled for one decoder serves the next
 
@@ -58,8 +74,10 @@ class Announced:
         name: str,
         announce: bool,
         cuda_graphs: bool = False,
+        dynamic_arg: int | None = None,
     ) -> None:
         self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
+        self.dynamic_arg = dynamic_arg if announce else None  # eager code has no graph
         # Whether the last call compiled or loaded a graph: its time is not a round's.
         self.compiled_last = False
 
@@ -72,8 +90,11 @@ class Announced:
             out = self.fn(*args, **kwargs)
             self.compiled_last = self.fn.compiled_last
             return out
-        key = (self.name, *describe(args, kwargs))
+        key = (self.name, *describe(without_dynamic(args, self.dynamic_arg), kwargs))
         self.compiled_last = self.announce and key not in Announced.seen
+        if (dynamic := the_dynamic(args, self.dynamic_arg)) is not None:
+            # Marked on every call: a call that compiles (a new K) must see the mark too.
+            torch._dynamo.mark_dynamic(dynamic, 0)
         if not self.compiled_last:
             # The plain call inline: one frame less between the loop and the round.
             return self.fn(*args, **kwargs) if not self.cuda_graphs else self.run(*args, **kwargs)
@@ -129,21 +150,26 @@ def compile_fn(
     device: torch.device,
     models: torch.nn.Module | None = None,
     identity: str = "",
+    dynamic_arg: int | None = None,
 ) -> Announced:
     """fullgraph, static shapes, sampling/'s Inductor options; on CUDA, CUDA graphs (one replay
     per call, as mode="reduce-overhead"). On the CPU, enabled="aot": AheadOfTime packages,
     compiled on first use; enabled="auto": the same packages, built by a background process
     while the calls run eagerly (minispec/tiers.py). `models` holds every module fn runs and
     `identity` names what else fn bakes in (see AheadOfTime). On CUDA, "aot" and "auto"
-    compile as True does."""
+    compile as True does. `dynamic_arg`: the index of a positional argument, a 1-D tensor whose
+    length changes from call to call, compiled as a dynamic size (every other size static): one
+    graph serves every length (under CUDA graphs, one recording per length)."""
     if not enabled:
         return Announced(fn, name, announce=False)
     cuda = device.type == "cuda"
     if enabled in ("aot", "auto") and not cuda:
-        aot = AheadOfTime(fn, models, f"{name} {identity}", aot_folder(), name, enabled == "auto")
+        aot = AheadOfTime(
+            fn, models, f"{name} {identity}", aot_folder(), name, enabled == "auto", dynamic_arg
+        )
         return Announced(aot, name, announce=True)
     compiled = jit(fn, **({"triton.cudagraphs": True} if cuda else {}))
-    return Announced(compiled, name, announce=True, cuda_graphs=cuda)
+    return Announced(compiled, name, announce=True, cuda_graphs=cuda, dynamic_arg=dynamic_arg)
 
 
 SOURCE_FOLDERS = ("minispec", "model", "sampling")  # the code a round runs
@@ -208,7 +234,8 @@ class AheadOfTime:
     A package's file name hashes everything its code depends on (see package_name), so a
     changed model, option or source file makes a new package rather than loading a stale one.
     Positional arguments are pytrees of tensors (and Nones); keyword arguments are static,
-    baked into the graph.
+    baked into the graph. The positional argument `dynamic_arg` (if any), a 1-D tensor, is
+    exported with a dynamic length (a torch.export Dim): one package serves every length.
 
     In the foreground (background=False) a graph's first call exports and compiles its package
     and then runs it. In the background, a graph whose package is not on disk runs eagerly
@@ -225,9 +252,11 @@ class AheadOfTime:
         folder: Path,
         name: str = "",
         background: bool = False,
+        dynamic_arg: int | None = None,
     ) -> None:
         self.fn, self.models, self.identity, self.folder = fn, models, identity, folder
         self.name, self.background, self.options = name, background, dict(PACKAGE_OPTIONS)
+        self.dynamic_arg = dynamic_arg
         self.packages: dict[tuple, tuple[Callable, TreeSpec]] = {}  # per graph key
         self.exports = 0  # packages this object exported and compiled (loaded ones not counted)
         self.waiting: dict[tuple, Path] = {}  # background: each graph's package, once asked
@@ -242,7 +271,7 @@ class AheadOfTime:
     def __call__(self, *args, **kwargs):
         buffers = self.buffers()
         leaves, spec = tree_flatten(args)
-        key = self.key_of(leaves, kwargs)
+        key = self.key_of(leaves, kwargs, the_dynamic(args, self.dynamic_arg))
         self.compiled_last = False
         if key not in self.packages and self.unwritable is None:
             find = self.background_package if self.background else self.foreground_package
@@ -338,14 +367,18 @@ class AheadOfTime:
             self.buffers_version = version
         return self.current_buffers
 
-    def key_of(self, leaves: list, kwargs: dict) -> tuple:
-        """What tells this graph's package from another's: every input's shape and dtype (or
-        value), the static arguments, and the models' buffers. The buffers matter: a K = 0 round
-        may first run before the draft has a KV cache, and once it has one, the same round takes
-        four more inputs. Built on every round, so plain tuples, not describe's strings.
-        buffer_shapes must be current: call buffers() first."""
+    def key_of(self, leaves: list, kwargs: dict, dynamic: torch.Tensor | None) -> tuple:
+        """What tells this graph's package from another's: every input's shape (but the
+        `dynamic` one's length) and dtype (or value), the static arguments, and the models'
+        buffers. The buffers matter: a K = 0 round may first run before the draft has a KV
+        cache, and once it has one, the same round takes four more inputs. Built on every round,
+        so plain tuples, not describe's strings. buffer_shapes must be current: call buffers()
+        first."""
         inputs = tuple(
-            (x.shape, x.dtype) if isinstance(x, torch.Tensor) else repr(x) for x in leaves
+            (x.shape if x is not dynamic else "dynamic", x.dtype)
+            if isinstance(x, torch.Tensor)
+            else repr(x)
+            for x in leaves
         )
         statics = tuple(
             (k, v) for k, v in sorted(kwargs.items()) if not isinstance(v, torch.Tensor)
@@ -359,12 +392,16 @@ class AheadOfTime:
 
     def package_name(self, flat: list, spec: TreeSpec, kwargs: dict) -> str:
         """The hash of what the compiled code depends on: the function and the models (identity,
-        configs), every input's shape and dtype (or value, if not a tensor), the static
-        arguments, Inductor's options, the thread count (which Inductor bakes into its parallel
-        loops), torch's version and minispec's source, and the weights it carries."""
+        configs), every input's shape (but the dynamic one's length) and dtype (or value, if not
+        a tensor), the static arguments, Inductor's options, the thread count (which Inductor
+        bakes into its parallel loops), torch's version and minispec's source, and the weights
+        it carries. `flat`: the buffers, then the arguments' leaves (`spec`)."""
         configs = [repr(getattr(m, "config", None)) for m in self.models.children()]
+        dynamic = self.dynamic_of(flat[len(flat) - spec.num_leaves :], spec)
         inputs = [
-            (tuple(x.shape), str(x.dtype), str(x.device)) if isinstance(x, torch.Tensor) else x
+            (tuple(x.shape) if x is not dynamic else "dynamic", str(x.dtype), str(x.device))
+            if isinstance(x, torch.Tensor)
+            else x
             for x in flat
         ]
         text = repr(
@@ -373,6 +410,10 @@ class AheadOfTime:
             + (torch.__version__, source_hash())
         )
         return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def dynamic_of(self, leaves: list, spec: TreeSpec) -> torch.Tensor | None:
+        """The dynamic argument among the arguments' leaves, or None."""
+        return the_dynamic(tree_unflatten(leaves, spec), self.dynamic_arg)
 
     def weights_digest(self) -> str:
         """A hash of the models' parameters, which every package carries: another checkpoint
@@ -400,8 +441,14 @@ class AheadOfTime:
 
         flattened = Flattened(flat_fn, self.models, list(buffers), leaves, spec)
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        dynamic = self.dynamic_of(leaves, spec)
+        sizes = (None,) * len(buffers) + tuple(
+            {0: torch.export.Dim.DYNAMIC} if x is dynamic else None for x in tensors
+        )
         with quiet_treespecs():
-            program = torch.export.export(flattened, (*buffers.values(), *tensors), strict=False)
+            program = torch.export.export(
+                flattened, (*buffers.values(), *tensors), strict=False, dynamic_shapes=(sizes,)
+            )
         self.exports += 1
         self.folder.mkdir(parents=True, exist_ok=True)
         # Written under temporary names, then renamed: a process that stops half-way, or one

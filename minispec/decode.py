@@ -38,6 +38,13 @@ from model.tokenizer import EOS_TOKEN_ID
 from sampling.constraints import RowConstraints
 
 PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
+# A round's forwards read the KV cache's first S slots, S = the batch's longest row plus K
+# rounded up to a multiple of this (at most max_seq_len): the reads follow the rows' length
+# rather than the cache's, and logits stay bit-equal to a whole-cache read (tests/test_model.py).
+KV_BUCKET = 64
+# The round's positional arguments: state, constraints, host_proposal, relative_times, then
+# key_positions, the one whose length changes from round to round (compile_fn's dynamic_arg).
+KEY_POSITIONS_ARG = 4
 
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
 
@@ -118,6 +125,7 @@ class SpeculativeDecoder:
                 self.device,
                 models,
                 str(key),  # what the round bakes in besides the models
+                dynamic_arg=KEY_POSITIONS_ARG,
             )
             self.rounds[key] = (proposer, announced)
         return self.rounds[key]
@@ -146,20 +154,27 @@ class SpeculativeDecoder:
         # prefill is large matrix products, compute-bound, once per call (minispec/threads.py).
         with all_cores(self.device):
             for model in models:
-                model(tokens[:, :width], positions)
+                model(tokens[:, :width], positions, positions[0])
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
         lengths, max_new = [len(p) for p in prompts], [p.max_new_tokens for p in params]
         return LoopState.start(tokens, lengths, max_new, seeds, k)
 
+    def key_positions(self, longest: int, k: int) -> torch.Tensor:
+        """The cache slots a forward reads when the longest row holds `longest` tokens and the
+        forward writes up to k positions past its last: arange(S), S = longest + k rounded up
+        to KV_BUCKET, at most max_seq_len."""
+        live = math.ceil((longest + k) / KV_BUCKET) * KV_BUCKET
+        return torch.arange(min(self.max_seq_len, live), device=self.device)
+
     @torch.no_grad()
-    def catch_up_draft(self, state: LoopState, tokens_behind: int) -> None:
+    def catch_up_draft(self, state: LoopState, tokens_behind: int, longest: int) -> None:
         """After rounds at K = 0 the draft model missed up to tokens_behind tokens of a row:
         feed it the row's last tokens_behind + 2 tokens (the 2 its own next round would),
         eagerly, once per return from K = 0. (A missed token would not break exactness, only
-        the draft's aim.)"""
+        the draft's aim.) `longest`: the longest row's length."""
         back = torch.arange(tokens_behind + 1, -1, -1, device=self.device)
         positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
-        self.draft(state.tokens.gather(1, positions), positions)
+        self.draft(state.tokens.gather(1, positions), positions, self.key_positions(longest, 0))
 
     def generate(
         self,
@@ -236,16 +251,22 @@ class SpeculativeDecoder:
         plan = run.policy.plan()
         k = plan.num_speculative_tokens
         start, catch_up = time.perf_counter(), 0.0
+        longest = max(map(len, run.histories))  # the batch's largest seq_len, known on the host
         host_proposal = None
         if k and run.host_proposer is not None:
             host_proposal = run.host_proposer.host_propose(run.histories, k).to(self.device)
             run.stats.time_lookup += time.perf_counter() - start
         if k and run.uses_draft and run.draft_behind:
             catch_up = time.perf_counter()
-            self.catch_up_draft(run.state, run.draft_behind)
+            self.catch_up_draft(run.state, run.draft_behind, longest)
             catch_up, run.draft_behind = time.perf_counter() - catch_up, 0
         run.state, snapshot = run.run_round(
-            run.state, run.constraints, host_proposal, plan.relative_times, num_speculative_tokens=k
+            run.state,
+            run.constraints,
+            host_proposal,
+            plan.relative_times,
+            self.key_positions(longest, k),
+            num_speculative_tokens=k,
         )
         result = Snapshot.read(snapshot, k)  # the round's one host read
         elapsed = time.perf_counter() - start

@@ -27,14 +27,17 @@ from sampling import rejection_sample
 from sampling.constraints import RowConstraints, distribution
 
 
-def verify(target: GPT, state: LoopState, proposal: Proposal | None) -> torch.Tensor:
-    """p_1..p_{K+1}: the target's logits [B, K+1, V] at [last, x_1..x_K], in one forward.
-    Placeholders past a short proposal go in as token 0: the logits after them are never read."""
+def verify(
+    target: GPT, state: LoopState, proposal: Proposal | None, key_positions: torch.Tensor | None
+) -> torch.Tensor:
+    """p_1..p_{K+1}: the target's logits [B, K+1, V] at [last, x_1..x_K], in one forward that
+    reads the cache slots key_positions (GPT.forward). Placeholders past a short proposal go in
+    as token 0: the logits after them are never read."""
     tokens = state.tokens.gather(1, state.seq_len[:, None] - 1)  # the last token
     if proposal is not None:
         tokens = torch.cat([tokens, proposal.draft_token_ids.clamp(min=0)], 1)
     positions = state.seq_len[:, None] - 1 + torch.arange(tokens.shape[1], device=tokens.device)
-    return target(tokens, positions)
+    return target(tokens, positions, key_positions)
 
 
 def accept(
@@ -84,6 +87,7 @@ def speculative_round(
     constraints: RowConstraints,
     host_proposal: Proposal | None = None,
     relative_times: torch.Tensor | None = None,
+    key_positions: torch.Tensor | None = None,
     *,
     num_speculative_tokens: int,
     draft_sample_method: str,
@@ -93,7 +97,9 @@ def speculative_round(
 ) -> tuple[LoopState, torch.Tensor]:
     """Algorithm 1 once for every row: returns the next state and the snapshot the host reads
     (with `adaptive`, its NEXT_WIDTH column is the next round's width, an index into its
-    widths). `proposer` drafts inside the round unless the host proposed (`host_proposal`)."""
+    widths). `proposer` drafts inside the round unless the host proposed (`host_proposal`).
+    `key_positions` [S]: the cache slots the models' forwards read, S past every position the
+    round writes (max(seq_len) + K); None, all of them."""
     k, vocab_size = num_speculative_tokens, target.config.vocab_size
     noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rejection_sample_method)
     proposal = beta = None
@@ -101,8 +107,8 @@ def speculative_round(
         sampling = DraftSampling(constraints, noise.draft, draft_sample_method)
         proposal = host_proposal
         if proposal is None:
-            proposal = proposer.propose(state, k, sampling)
-    target_logits = verify(target, state, proposal)
+            proposal = proposer.propose(state, k, sampling, key_positions)
+    target_logits = verify(target, state, proposal, key_positions)
     emitted, num_accepted = accept(
         target_logits, proposal, constraints, noise.uniforms, noise.target, rejection_sample_method
     )

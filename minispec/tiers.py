@@ -58,6 +58,7 @@ def request_build(aot: AheadOfTime, buffers: dict, args: tuple, todo: list[tuple
         "models": aot.models,
         "identity": aot.identity,
         "options": aot.options,
+        "dynamic_arg": aot.dynamic_arg,  # the argument whose length the package leaves dynamic
         "args": args,
         "todo": [(str(path), kwargs) for path, kwargs in todo],
         "threads": torch.get_num_threads(),  # Inductor bakes it into the parallel loops
@@ -119,7 +120,13 @@ def build_request(folder: Path, request_path: Path) -> None:
         print(f"dropped {request_path.name}: written by other code", flush=True)
         return
     torch.set_num_threads(request["threads"])
-    aot = AheadOfTime(request["fn"], request["models"], request["identity"], folder)
+    aot = AheadOfTime(
+        request["fn"],
+        request["models"],
+        request["identity"],
+        folder,
+        dynamic_arg=request["dynamic_arg"],
+    )
     aot.options = request["options"]
     leaves, spec = tree_flatten(request["args"])
     for path, kwargs in map(lambda item: (Path(item[0]), item[1]), request["todo"]):

@@ -9,6 +9,12 @@ The cache is what makes speculative decoding cheap to roll back. Each row writes
 values at its own absolute positions, and attention masks keys by position (key <= query).
 Entries past a row's position are therefore invisible, so rejecting drafted tokens is just
 moving the row's position back; the stale entries are overwritten by the next write.
+
+Attention reads only the cache's first S slots, S given by the caller's `key_positions` (the
+arange of the batch's live length): at a large batch the whole cache is what a step reads most,
+and most of it lies past every row's position. Masked keys contribute exact zeros, so the logits
+do not depend on S as long as it covers every position (bit for bit when S is a multiple of 64:
+tests/test_model.py).
 """
 
 from __future__ import annotations
@@ -23,7 +29,12 @@ from model.config import GPTConfig
 
 
 class KVCache(nn.Module):
-    """Preallocated keys and values, [batch, kv heads, max_seq_len, head_dim]: static shapes."""
+    """Preallocated keys and values, [batch, kv heads, max_seq_len + 1, head_dim]: static shapes.
+
+    The slot past max_seq_len is never written or read. It keeps every view attention reads
+    (the first S <= max_seq_len slots) a strict part of the buffer, so that no view is
+    contiguous: a compiler would otherwise guard on whether S equals the buffer's length, and
+    compile a second graph for the full cache."""
 
     def __init__(
         self,
@@ -35,14 +46,14 @@ class KVCache(nn.Module):
         device: torch.device,
     ) -> None:
         super().__init__()
-        shape = (batch_size, n_head, max_seq_len, head_dim)
+        shape = (batch_size, n_head, max_seq_len + 1, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
     def update(
         self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the full cache.
+        """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the whole cache.
 
         An indexed assignment (index_put_), not scatter_: Inductor turns it into a kernel that
         writes only the T new slots, where a scatter_ into the buffer makes it copy the whole
@@ -87,9 +98,15 @@ class Attention(nn.Module):
         self.kv_cache: KVCache | None = None
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor | None,
+        key_positions: torch.Tensor | None,
     ) -> torch.Tensor:
-        """positions None: a full forward, causal over the T tokens, bypassing any cache."""
+        """positions None: a full forward, causal over the T tokens, bypassing any cache. Else
+        the cache's slots key_positions [S] = arange(S) are read, S past every position."""
         B, T, C = x.shape
         q, k, v = (
             t.view(B, T, -1, self.head_dim).transpose(1, 2)
@@ -102,7 +119,8 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             k, v = self.kv_cache.update(positions, k, v)
-            key_positions = torch.arange(k.shape[2], device=x.device)
+            live = key_positions.shape[0]
+            k, v = k.narrow(2, 0, live), v.narrow(2, 0, live)  # views: no slot past them is read
             mask = key_positions[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
@@ -130,9 +148,14 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor | None,
+        key_positions: torch.Tensor | None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions)
+        x = x + self.attn(self.attn_norm(x), cos, sin, positions, key_positions)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -210,13 +233,22 @@ class GPT(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache = None
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """tokens [B, T] -> logits [B, T, V] (float32).
 
         With a cache, `positions` [B, T] gives each token's absolute position (rows may differ) and
         k/v are written there. Without positions, the tokens are a whole sequence from position 0:
         attention is causal over them and any attached cache is neither read nor written, so a
         model a decoder has left its cache on still computes plain logits.
+
+        `key_positions` [S], arange(S) with S above every position: the cache slots attention
+        reads (a tensor, so that a compiled caller can keep S a dynamic size); None reads all
+        max_seq_len. A position at or past S would not see its own key: the caller's bound.
         """
         B, T = tokens.shape
         rope_positions = positions
@@ -224,7 +256,9 @@ class GPT(nn.Module):
             rope_positions = torch.arange(T, device=tokens.device).expand(B, T)
         cos = self.rope_cos[rope_positions][:, None].to(self.embed.weight.dtype)  # [B, 1, T, D/2]
         sin = self.rope_sin[rope_positions][:, None].to(self.embed.weight.dtype)
+        if positions is not None and key_positions is None:
+            key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x, cos, sin, positions)
+            x = block(x, cos, sin, positions, key_positions)
         return self.lm_head(self.norm(x)).float()

@@ -162,3 +162,37 @@ def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
     minispec.compiled.prune(tmp_path, keep=2)
     kept = [f"{name}{suffix}" for name in ("new", "mid") for suffix in (".pt2", ".spec", ".json")]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, writing.name])
+
+
+def test_one_package_serves_every_length_of_the_dynamic_argument(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The positional argument `dynamic_arg` (the round's key_positions, exported with a
+    dynamic length) is keyed and named by its dtype alone: calls with other lengths reuse its
+    one package, while another size of any other argument is another package. Without
+    dynamic_arg every length is a package of its own. (A stand-in builds nothing.)"""
+    built: list[Path] = []
+
+    def stand_in(self, key, buffers, leaves, spec, kwargs):
+        built.append(self.paths([*buffers.values(), *leaves], spec, kwargs)[0])
+        return (lambda flat: [flat[-2] + flat[-1].sum()]), tree_flatten(torch.zeros(1))[1]
+
+    monkeypatch.setattr(AheadOfTime, "foreground_package", stand_in)
+    models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+
+    def fn(x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        return x + slots.sum()
+
+    aot = AheadOfTime(fn, models, "test", tmp_path, dynamic_arg=1)
+    for length in (64, 128, 192):
+        assert torch.equal(
+            aot(torch.ones(2), torch.arange(length)), fn(torch.ones(2), torch.arange(length))
+        )
+    assert len(built) == 1
+    aot(torch.ones(3), torch.arange(64))
+    assert len(built) == 2 and built[0] != built[1]
+    built.clear()
+    static = AheadOfTime(fn, models, "test", tmp_path)
+    for length in (64, 128, 192):
+        static(torch.ones(2), torch.arange(length))
+    assert len(set(built)) == 3

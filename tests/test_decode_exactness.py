@@ -292,7 +292,7 @@ class RepeatLast:
     """What a fork adds: a proposer in one class, registered once. It proposes the row's last
     token K times (deterministic: a one-hot q)."""
 
-    def propose(self, state, num_speculative_tokens: int, sampling) -> Proposal:
+    def propose(self, state, num_speculative_tokens: int, sampling, key_positions) -> Proposal:
         last = state.tokens.gather(1, state.seq_len[:, None] - 1)
         ids = last.expand(-1, num_speculative_tokens).clone()
         return Proposal(ids, torch.full_like(state.seq_len, num_speculative_tokens))

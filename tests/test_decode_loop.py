@@ -166,8 +166,13 @@ class EOSLeaningGPT(GPT):
 
     eos_bias = 5.0
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        logits = super().forward(tokens, positions)
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        logits = super().forward(tokens, positions, key_positions)
         return logits + torch.where(
             torch.arange(logits.shape[-1]) == EOS_TOKEN_ID, self.eos_bias, 0.0
         )
@@ -207,8 +212,10 @@ class Recorder:
     def __init__(self, name: str, forward, log: list) -> None:
         self.name, self.forward, self.log = name, forward, log
 
-    def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        logits = self.forward(tokens, positions)
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor
+    ) -> torch.Tensor:
+        logits = self.forward(tokens, positions, key_positions)
         self.log.append((self.name, tokens.clone(), positions.clone(), logits.clone()))
         return logits
 
@@ -302,8 +309,8 @@ def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -
     of the draft's cache after a round that accepted all K drafts."""
 
     def last_only(draft_forward):
-        return lambda t, p: (
-            draft_forward(t[:, -1:], p[:, -1:]) if t.shape[1] == 2 else draft_forward(t, p)
+        return lambda t, p, s: (
+            draft_forward(t[:, -1:], p[:, -1:], s) if t.shape[1] == 2 else draft_forward(t, p, s)
         )
 
     decoder = SpeculativeDecoder(*pair(), compile=False)
@@ -428,7 +435,12 @@ def test_the_loop_reads_the_device_once_per_round(
 class ConstantLogitsGPT(GPT):
     """Logits [log 9 - 1 ulp, 0] at every position: the top token's mass is 0.89999998."""
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         top = torch.nextafter(torch.tensor(9.0).log(), torch.tensor(0.0))
         return torch.stack([top, torch.tensor(0.0)]).expand(*tokens.shape, 2).clone()
 
@@ -527,19 +539,30 @@ def test_compiled_round_matches_eager_and_never_recompiles() -> None:
     """The round under torch.compile(fullgraph=True) gives the eager round's tokens on a tiny
     float64 pair (a greedy and a random row, a probabilistic drafter); it compiles one graph,
     and later rounds and calls of the same shape reuse it: one compiled call (one guard check)
-    and one host read per round."""
-    target, draft = float64_pair()
-    prompts = [[1, 2], [3, 4, 5]]
+    and one host read per round. The rows cross a KV_BUCKET boundary, so the rounds read 64,
+    then 128 cache slots: the live length is a dynamic size of the one graph."""
+    target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=160)
+    draft = perturbed_copy(target, 4, mix=0.3)
+    prompts = [[1, 2] * 29, [3, 4, 5] * 20]  # 58 and 60 tokens: K = 1 reaches slot 64 at once
+    assert decode.KV_BUCKET == 64
 
     def params():
-        return [SamplingParams(temperature=t, seed=5, max_new_tokens=6) for t in (0.0, 1.0)]
+        return [SamplingParams(temperature=t, seed=5, max_new_tokens=8) for t in (0.0, 1.0)]
 
     spec = SpeculativeConfig(1, "probabilistic")
     eager = SpeculativeDecoder(target, draft, compile=False).generate(prompts, params(), spec)
     compiled = SpeculativeDecoder(target, draft, compile=True)
+    lengths: list[int] = []  # the slots each round's forwards read
+
+    def key_positions(longest: int, k: int) -> torch.Tensor:
+        lengths.append(len(SpeculativeDecoder.key_positions(compiled, longest, k)))
+        return SpeculativeDecoder.key_positions(compiled, longest, k)
+
+    compiled.key_positions = key_positions
     torch._dynamo.utils.counters.clear()
     first = compiled.generate(prompts, params(), spec)
     assert first.token_ids == eager.token_ids
+    assert set(lengths) == {64, 128}
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
     assert not torch._dynamo.utils.counters["graph_break"]
     with torch._dynamo.config.patch(error_on_recompile=True):
@@ -683,10 +706,10 @@ def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
     catch_up = SpeculativeDecoder.catch_up_draft
     calls: list[int] = []
 
-    def slow_catch_up(self, state, tokens_behind):
+    def slow_catch_up(self, state, tokens_behind, longest):
         calls.append(tokens_behind)
         time.sleep(0.5)
-        return catch_up(self, state, tokens_behind)
+        return catch_up(self, state, tokens_behind, longest)
 
     monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
     observed = record_round_times(monkeypatch)

@@ -228,3 +228,62 @@ def test_embedding_is_tied_to_the_output_head() -> None:
     logits = full_forward(model, tokens)
     assert torch.all(logits[..., 7] == 0)
     assert torch.all(logits[..., 8] != 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading only the live slots (key_positions)
+
+LONG = GPTConfig(n_layer=2, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=192)
+
+
+@torch.no_grad()
+def live_and_full(model: GPT, starts: list[int], width: int, live: int) -> tuple:
+    """One cached forward of `width` tokens a row at `starts`, reading the first `live` cache
+    slots, and the same forward reading all of them, from the same cache contents."""
+    tokens = random_tokens(len(starts), width, seed=7)
+    positions = torch.tensor(starts)[:, None] + torch.arange(width)[None, :]
+    full = model(tokens, positions)
+    return model(tokens, positions, torch.arange(live)), full
+
+
+@pytest.mark.parametrize("width", [1, 5])
+def test_reading_the_live_slots_gives_the_full_caches_logits_bit_for_bit(width: int) -> None:
+    """Masked keys contribute exact zeros: with S a multiple of 64 past every row's last
+    position, a step over ragged rows gives bit-equal logits; so does a prefill reading its own
+    width. One bucket short of the longest row, the same comparison fails."""
+    model = make_model(LONG)
+    model.setup_cache(3)
+    prompt = random_tokens(3, 128, seed=5)
+    prefill = torch.arange(128).expand(3, 128)
+    with torch.no_grad():
+        full = model(prompt, prefill)  # every slot read; the slots past 128 hold zeros
+        assert torch.equal(model(prompt, prefill, torch.arange(128)), full)
+    starts = [3, 50, 123 - width]  # the longest row's last position is 122
+    for live in (128, 192):
+        logits, full = live_and_full(model, starts, width, live)
+        assert torch.equal(logits, full), live
+    logits, full = live_and_full(model, starts, width, 64)  # one bucket short for row 2
+    assert torch.equal(logits[:2], full[:2])  # rows within 64 slots still read all they need
+    assert (logits[2] - full[2]).abs().max() > 100 * TOL
+
+
+def test_a_compiled_step_reads_every_live_length_with_one_graph() -> None:
+    """key_positions' length as a dynamic size (mark_dynamic; every other size static): steps
+    whose live length crosses a 64-slot boundary, up to the whole cache, trace one graph per
+    step width, and give the eager full-cache logits."""
+    model = make_model(LONG)
+    model.setup_cache(2)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=False)
+    tokens = random_tokens(2, 5, seed=8)
+    for live in (64, 128, 192):
+        for width in (1, 5):
+            positions = torch.tensor([[2], [live - 5]]) + torch.arange(width)
+            key_positions = torch.arange(live)
+            torch._dynamo.mark_dynamic(key_positions, 0)
+            with torch.no_grad():
+                logits = compiled(tokens[:, :width], positions, key_positions)
+                full = model(tokens[:, :width], positions)
+            assert (logits - full).abs().max() <= TOL
+    assert counter.frame_count == 2  # one graph per width, whatever the live length

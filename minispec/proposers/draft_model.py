@@ -26,15 +26,20 @@ class DraftModelProposer:
         self.model = model
 
     def propose(
-        self, state: LoopState, num_speculative_tokens: int, sampling: DraftSampling
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
     ) -> Proposal:
-        """x_i ~ q_i for i = 1..K, every row K drafts."""
+        """x_i ~ q_i for i = 1..K, every row K drafts; each step reads the draft's cache slots
+        key_positions (all of them if None)."""
         seq_len = state.seq_len
         back = torch.arange(1, -1, -1, device=seq_len.device)
         # A position below 0 (a 1-token prompt) repeats position 0: the same token written
         # twice to the same slot.
         positions = (seq_len[:, None] - 1 - back).clamp(min=0)
-        logits = self.model(state.tokens.gather(1, positions), positions)[:, -1]
+        logits = self.model(state.tokens.gather(1, positions), positions, key_positions)[:, -1]
         ids, probs = [], []
         for j in range(num_speculative_tokens):
             if sampling.method == "greedy":
@@ -44,7 +49,7 @@ class DraftModelProposer:
                 probs.append(q)
             ids.append(x)
             if j + 1 < num_speculative_tokens:
-                logits = self.model(x[:, None], (seq_len + j)[:, None])[:, 0]
+                logits = self.model(x[:, None], (seq_len + j)[:, None], key_positions)[:, 0]
         return Proposal(
             torch.stack(ids, 1),
             torch.full_like(seq_len, num_speculative_tokens),

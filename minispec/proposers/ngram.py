@@ -75,7 +75,11 @@ class NgramProposer:
             )
 
     def propose(
-        self, state: LoopState, num_speculative_tokens: int, sampling: DraftSampling
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
     ) -> Proposal:
         return ngram_propose(
             state.tokens, state.seq_len, num_speculative_tokens, self.n_min, self.n_max

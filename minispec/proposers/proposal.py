@@ -44,10 +44,15 @@ class DraftSampling(NamedTuple):
 
 class Proposer(Protocol):
     """Drafts up to K tokens per row inside the compiled round, from the rows' tokens
-    (state.tokens [B, S], row b holding state.seq_len[b]); one that samples reads `sampling`."""
+    (state.tokens [B, S], row b holding state.seq_len[b]); one that samples reads `sampling`,
+    one that runs a model passes `key_positions` (the cache slots to read) to its forwards."""
 
     def propose(
-        self, state: LoopState, num_speculative_tokens: int, sampling: DraftSampling
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
     ) -> Proposal: ...
 
 

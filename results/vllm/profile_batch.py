@@ -1,5 +1,6 @@
 """Where a batch's time goes in minispec, eagerly, on the shipped pair: the target's forward at
-1, 3, 5 and 9 tokens, the draft's 1-token step, one layer's attention over the whole 512-slot
+1, 3, 5 and 9 tokens (reading the whole 512-slot cache, and at 1 and 5 tokens only the live
+slots, the decoder's key_positions), the draft's 1-token step, one layer's attention over the whole 512-slot
 cache against only the live slots, and the prefill of the batch's prompts (target and draft).
 Timed in CPU seconds of this process (time.process_time, one thread), interleaved, so that other
 work on a shared machine distorts the figures less than wall time would.
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
+from minispec.decode import KV_BUCKET
 from model.checkpoint import load_pair
 
 p = argparse.ArgumentParser()
@@ -31,10 +33,11 @@ for m in (target, draft):
     m.setup_cache(B)
 
 
-def step(model, t):
+def step(model, t, live=None):
     x = torch.randint(0, 256, (B, t))
     pos = args.position + torch.arange(t)[None].expand(B, t)
-    return lambda: model(x, pos)
+    key_positions = None if live is None else torch.arange(live)
+    return lambda: model(x, pos, key_positions)
 
 
 def attention(t, keys):
@@ -52,6 +55,9 @@ def prefill(model):
 
 live = args.position + 8
 cases = {f"target {t}-token forward": step(target, t) for t in (1, 3, 5, 9)}
+for t in (1, 5):
+    slots = min(S, -(-(args.position + t) // KV_BUCKET) * KV_BUCKET)
+    cases[f"target {t}-token forward, {slots} live slots"] = step(target, t, slots)
 cases["draft 1-token step"] = step(draft, 1)
 for t in (1, 5):
     cases[f"one layer's attention, {t} tokens, {S} slots"] = attention(t, S)
