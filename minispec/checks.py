@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from minispec.decode import SpeculativeDecoder
 
 
-def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id) -> None:
+def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill_threads) -> None:
     """SpeculativeDecoder's arguments."""
     for name, model in (("target", target), ("draft", draft)):
         if not (isinstance(model, GPT) or (name == "draft" and model is None)):
@@ -27,6 +27,12 @@ def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id) -> None
         isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
     ):
         raise ValueError(f"eos_token_id must be an int >= 0 or None, got {eos_token_id!r}")
+    if prefill_threads is not None and (
+        isinstance(prefill_threads, bool)
+        or not isinstance(prefill_threads, int)
+        or prefill_threads < 1
+    ):
+        raise ValueError(f"prefill_threads must be an int >= 1 or None, got {prefill_threads!r}")
     if draft is not None and draft.config.vocab_size != target.config.vocab_size:
         raise ValueError(
             f"draft vocabulary ({draft.config.vocab_size}) differs from the "

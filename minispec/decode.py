@@ -32,7 +32,7 @@ from minispec.proposers import PROPOSERS, HostProposer, Proposer, SuffixIndex
 from minispec.round import speculative_round
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
-from minispec.threads import all_cores
+from minispec.threads import prefill_threads
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
 from sampling.constraints import RowConstraints
@@ -87,6 +87,7 @@ class SpeculativeDecoder:
         compile: bool | str = True,
         suffix_index: SuffixIndex | None = None,
         eos_token_id: int | None = EOS_TOKEN_ID,
+        prefill_threads: int | None = None,
     ) -> None:
         """`compile`: True, torch.compile each round graph; "aot", on the CPU, compile each one
         ahead of time into a package on disk that later processes load, which starts faster
@@ -95,8 +96,12 @@ class SpeculativeDecoder:
         (minispec/tiers.py; on CUDA, as True); False, run eagerly.
 
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
-        none (rows then stop at max_new_tokens only)."""
-        check_decoder(target, draft, compile, eos_token_id)
+        none (rows then stop at max_new_tokens only).
+
+        `prefill_threads`: the CPU threads the prefill runs on, every core this process may use
+        when None; the rounds run on the caller's count (minispec/threads.py says why)."""
+        check_decoder(target, draft, compile, eos_token_id, prefill_threads)
+        self.prefill_threads = prefill_threads
         # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
         self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
         self.target, self.draft = target.eval(), draft.eval() if draft is not None else None
@@ -150,9 +155,9 @@ class SpeculativeDecoder:
         width = min(self.max_seq_len, buckets * PREFILL_BUCKET)
         positions = torch.arange(width, device=self.device).expand(b, width)
         # Right padding is harmless: pad entries sit past each row's prompt, where keys are
-        # masked until the row's own tokens overwrite them. On every core: unlike a round, the
-        # prefill is large matrix products, compute-bound, once per call (minispec/threads.py).
-        with all_cores(self.device):
+        # masked until the row's own tokens overwrite them. On every core by default: unlike a
+        # round, the prefill is large matrix products, compute-bound, once per call.
+        with prefill_threads(self.device, self.prefill_threads):
             for model in models:
                 model(tokens[:, :width], positions, positions[0])
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]

@@ -7,6 +7,12 @@ rounds run on whatever the caller set (the CLI and the bench default to one thre
 prefill is the opposite case: every prompt token of every row through each model at once,
 large matrix products (tens of GFLOP at B = 16) that split well across cores, run once per
 call. So the prefill takes every core this process may use, and gives the count back after.
+
+Every core is the right default on a machine of one's own and the wrong one on a shared one: an
+OpenMP step waits for its slowest thread, and a core that another process holds makes that
+thread late at every step (a B = 1 prefill here: 43 ms on two free cores, 2.1 s with the second
+one busy, against 87 ms on one). So the count is a setting (`prefill_threads`, CLI
+`--prefill-threads`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def all_cores(device: torch.device) -> ContextManager[None]:
-    """torch_threads(usable_cores()) for work on the CPU; nothing on another device, whose
-    kernels torch's CPU threads do not run."""
-    return torch_threads(usable_cores()) if device.type == "cpu" else nullcontext()
+def prefill_threads(device: torch.device, count: int | None) -> ContextManager[None]:
+    """torch_threads(count) for work on the CPU, every usable core when count is None; nothing
+    on another device, whose kernels torch's CPU threads do not run."""
+    if device.type != "cpu":
+        return nullcontext()
+    return torch_threads(count or usable_cores())

@@ -15,7 +15,7 @@ from _enumerate import (
 
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.threads import all_cores, usable_cores
+from minispec.threads import prefill_threads, usable_cores
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,12 +80,28 @@ def test_usable_cores_is_the_affinity_where_there_is_one(monkeypatch):
     assert usable_cores() == 7
 
 
-def test_all_cores_leaves_the_thread_count_alone_off_the_cpu(two_cores):
-    with all_cores(torch.device("cuda")):  # a device object needs no GPU
+def test_prefill_threads_leaves_the_thread_count_alone_off_the_cpu(two_cores):
+    with prefill_threads(torch.device("cuda"), None):  # a device object needs no GPU
         assert torch.get_num_threads() == 1
-    with all_cores(torch.device("cpu")):
+    with prefill_threads(torch.device("cpu"), None):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == 1
+
+
+def test_a_decoder_told_one_prefill_thread_keeps_its_prefill_on_one_core(two_cores):
+    """The setting for a shared machine, where a busy second core stalls every parallel step."""
+    d = decoder()
+    d.prefill_threads = 1
+    target = thread_counts_seen(d.target)
+    generate(d, 2)
+    assert set(target) == {1}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_a_bad_prefill_thread_count_is_refused(bad):
+    target = random_gpt(32, seed=0, max_seq_len=32)
+    with pytest.raises(ValueError, match="prefill_threads must be an int >= 1 or None"):
+        SpeculativeDecoder(target, compile=False, prefill_threads=bad)
 
 
 def test_the_prefill_computes_the_same_bits_on_one_core_and_on_two(monkeypatch):

@@ -128,6 +128,13 @@ def decode_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", type=device_name, default="cpu")
     p.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
+    p.add_argument(
+        "--prefill-threads",
+        type=thread_count,
+        default=None,
+        help="CPU threads for the prefill (default: every core; 1 when other work holds the "
+        "other cores, since a busy core stalls every parallel step)",
+    )
     return p
 
 
@@ -204,6 +211,7 @@ def run_decode(argv: list[str]) -> int:
     target = args.target or DEFAULT_TARGET
     compile = args.compile_mode if args.compile and args.compile_mode != "jit" else args.compile
     decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile)
+    decoder.prefill_threads = args.prefill_threads
     tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
     if args.proposer == "suffix" and decoder.suffix_index is None:
         from minispec.commands.build_index import cached_index
