@@ -37,7 +37,6 @@ from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
 from sampling.constraints import RowConstraints
 
-PREFILL_BUCKET = 64  # prompts are padded to a multiple of this, so prefill sees few shapes
 # A round's forwards read the KV cache's first S slots, S = the batch's longest row plus K
 # rounded up to a multiple of this (at most max_seq_len): the reads follow the rows' length
 # rather than the cache's, and logits stay bit-equal to a whole-cache read (tests/test_model.py).
@@ -141,8 +140,8 @@ class SpeculativeDecoder:
     ) -> LoopState:
         """Fill the caches (the target's, and the draft's when it drafts) with every prompt token
         but the last (which the first round feeds); k: the widest K of any round. Eager:
-        prefill runs once per request, so compiling its padded shapes would cost more start-up
-        than it saves."""
+        prefill runs once per request, at a width of its own, so compiling it would cost more
+        start-up than it saves."""
         b = len(prompts)
         models = [self.target] + ([self.draft] if k and uses_draft else [])
         for model in models:
@@ -151,15 +150,14 @@ class SpeculativeDecoder:
         for i, prompt in enumerate(prompts):
             tokens[i, : len(prompt)] = torch.tensor(prompt)
         tokens = tokens.to(self.device)
-        buckets = math.ceil((max(map(len, prompts)) - 1) / PREFILL_BUCKET)
-        width = min(self.max_seq_len, buckets * PREFILL_BUCKET)
-        positions = torch.arange(width, device=self.device).expand(b, width)
-        # Right padding is harmless: pad entries sit past each row's prompt, where keys are
-        # masked until the row's own tokens overwrite them. On every core by default: unlike a
-        # round, the prefill is large matrix products, compute-bound, once per call.
+        # As wide as the longest prompt: eager kernels take any width, and a padded column would
+        # be work for nothing. On every core by default: unlike a round, the prefill is large
+        # matrix products, compute-bound, once per call.
+        width = max(map(len, prompts)) - 1
         with prefill_threads(self.device, self.prefill_threads):
             for model in models:
-                model(tokens[:, :width], positions, positions[0])
+                if width:
+                    model.prefill(tokens[:, :width])
         seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
         lengths, max_new = [len(p) for p in prompts], [p.max_new_tokens for p in params]
         return LoopState.start(tokens, lengths, max_new, seeds, k)

@@ -97,6 +97,17 @@ class Attention(nn.Module):
         self.wo = nn.Linear(config.d_model, config.d_model, bias=False)
         self.kv_cache: KVCache | None = None
 
+    def qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of x [B, T, C], [B, heads, T, head_dim], rotated by position."""
+        B, T, _ = x.shape
+        q, k, v = (
+            t.view(B, T, -1, self.head_dim).transpose(1, 2)
+            for t in self.wqkv(x).split(self.qkv_split, -1)
+        )
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
     def forward(
         self,
         x: torch.Tensor,
@@ -105,22 +116,22 @@ class Attention(nn.Module):
         positions: torch.Tensor | None,
         key_positions: torch.Tensor | None,
     ) -> torch.Tensor:
-        """positions None: a full forward, causal over the T tokens, bypassing any cache. Else
-        the cache's slots key_positions [S] = arange(S) are read, S past every position."""
+        """positions None: a full forward, causal over the T tokens, bypassing any cache. Else k/v
+        are written to the cache at positions, and then either the cache's slots key_positions
+        [S] = arange(S) are read, S past every position, or, key_positions None, the T tokens
+        are a prefill (every row at positions 0..T-1) and attend to each other causally."""
         B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, -1, self.head_dim).transpose(1, 2)
-            for t in self.wqkv(x).split(self.qkv_split, -1)
-        )
+        q, k, v = self.qkv(x, cos, sin)
         gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.kv_cache is None or positions is None:
-            # Training / full recompute: plain causal attention over the T tokens given.
+        cached = self.kv_cache is not None and positions is not None
+        if cached:
+            cached_k, cached_v = self.kv_cache.update(positions, k, v)
+        if not cached or key_positions is None:
+            # Training, a full recompute or a prefill: plain causal attention over the T tokens.
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
-            k, v = self.kv_cache.update(positions, k, v)
-            live = key_positions.shape[0]
-            k, v = k.narrow(2, 0, live), v.narrow(2, 0, live)  # views: no slot past them is read
+            live = key_positions.shape[0]  # views: no slot past them is read
+            k, v = cached_k.narrow(2, 0, live), cached_v.narrow(2, 0, live)
             mask = key_positions[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
@@ -254,11 +265,35 @@ class GPT(nn.Module):
         rope_positions = positions
         if positions is None:
             rope_positions = torch.arange(T, device=tokens.device).expand(B, T)
-        cos = self.rope_cos[rope_positions][:, None].to(self.embed.weight.dtype)  # [B, 1, T, D/2]
-        sin = self.rope_sin[rope_positions][:, None].to(self.embed.weight.dtype)
+        cos, sin = self.rope_at(rope_positions)
         if positions is not None and key_positions is None:
             key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, cos, sin, positions, key_positions)
         return self.lm_head(self.norm(x)).float()
+
+    def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at positions [B, T]: [B, 1, T, D/2] each, in the model's dtype."""
+        dtype = self.embed.weight.dtype
+        return self.rope_cos[positions][:, None].to(dtype), self.rope_sin[positions][:, None].to(
+            dtype
+        )
+
+    def prefill(self, tokens: torch.Tensor) -> None:
+        """Write the keys and values of tokens [B, T], at positions 0..T-1 in every row, into the
+        cache: a prompt's prefill. It leaves out what only logits need. Every row starts at 0,
+        so attention among the T tokens is plain causal (no mask; the kernel skips the masked
+        half), and the last block contributes its keys and values only: its attention output
+        and MLP, the final norm and the head feed nothing but logits (13 % of the shipped target's
+        matrix work). Right padding is harmless: a pad token sits past its row's prompt, where
+        the row's own tokens overwrite it before any query can see it."""
+        B, T = tokens.shape
+        positions = torch.arange(T, device=tokens.device).expand(B, T)
+        cos, sin = self.rope_at(positions)
+        x = self.embed(tokens)
+        *inner, last = self.blocks
+        for block in inner:
+            x = block(x, cos, sin, positions, None)
+        _, k, v = last.attn.qkv(last.attn_norm(x), cos, sin)
+        last.attn.kv_cache.update(positions, k, v)

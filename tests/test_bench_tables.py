@@ -87,3 +87,28 @@ def test_summed_adds_counts_and_merges_positions_and_histograms() -> None:
     assert (total.rounds, total.emitted, total.time_round) == (4, 9, 0.75)
     assert total.position_accepted == [3, 2, 1, 0]
     assert total.k_histogram == {2: 3, 4: 1} and total.num_speculative_tokens == "auto"
+
+
+def test_a_run_of_parts_with_reports_of_their_own_leaves_bench_md_alone(
+    tmp_path, monkeypatch
+) -> None:
+    """`make bench` with every part skipped but vLLM's writes results/vllm/bench.md only: the
+    end-to-end and batch tables in bench.md and bench.json, from an earlier run, stay."""
+    import torch
+
+    from minispec.commands import bench
+
+    monkeypatch.setattr(bench, "load_decoder", lambda **kwargs: None)
+    monkeypatch.setattr(bench, "held_out_prompts", lambda n: ["a held-out prompt"])
+    ran = []
+    monkeypatch.setattr(bench.bench_vllm, "vllm_section", lambda *args: ran.append(1) or {})
+    (tmp_path / "bench.md").write_text("an earlier run's tables\n")
+    skip = ",".join(part for part in bench.PARTS if part != "vllm")
+    threads = torch.get_num_threads()  # the bench sets its own; the next test gets this back
+    try:
+        assert bench.main(["--skip", skip, "--out", str(tmp_path)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert ran == [1]
+    assert (tmp_path / "bench.md").read_text() == "an earlier run's tables\n"
+    assert not (tmp_path / "bench.json").exists()

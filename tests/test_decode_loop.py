@@ -235,9 +235,8 @@ def cache_mismatch(
     """
     worst = 0.0
     models = {"target": decoder.target, "draft": decoder.draft}
-    calls = log[2:]  # after the target's and the draft's prefill
     round_calls: list = []
-    for call in calls:
+    for call in log:  # the prefills are not forward calls (GPT.prefill)
         round_calls.append(call)
         if call[0] != "target":
             continue

@@ -81,8 +81,10 @@ def test_single_row_incremental_equals_full_forward() -> None:
     assert expected.std().item() > 0.5  # logits are O(1): the bound above is not vacuous
 
 
-def test_ragged_batch_incremental_equals_full_forward() -> None:
-    """Prompts of different lengths, prefilled right-padded with junk; each row then decodes at
+@pytest.mark.parametrize("fill", ["forward", "prefill"])
+def test_ragged_batch_incremental_equals_full_forward(fill: str) -> None:
+    """Prompts of different lengths, prefilled right-padded with junk, by a cached forward or by
+    GPT.prefill (no logits, the last block's keys and values only); each row then decodes at
     its own position, and every row's logits match that row's own full forward."""
     model = make_model()
     prompt_lens, new = [3, 11, 6], 16
@@ -94,9 +96,13 @@ def test_ragged_batch_incremental_equals_full_forward() -> None:
         padded[b, :n] = rows[b][:n]
 
     model.setup_cache(len(rows))
-    prefill = step(model, padded, [0] * len(rows))
-    for b, n in enumerate(prompt_lens):
-        assert (prefill[b, :n] - expected[b][:n]).abs().max().item() <= TOL
+    if fill == "prefill":
+        with torch.no_grad():
+            model.prefill(padded)
+    else:
+        prefill = step(model, padded, [0] * len(rows))
+        for b, n in enumerate(prompt_lens):
+            assert (prefill[b, :n] - expected[b][:n]).abs().max().item() <= TOL
 
     pos = list(prompt_lens)
     done = 0

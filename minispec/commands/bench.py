@@ -27,7 +27,8 @@
 
 Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
 Writes results/bench.json, results/bench.md, results/peer.md and results/speedup.png (or a
-text chart).
+text chart). bench.md and bench.json hold the parts run; a run of only parts that write a
+report of their own (sampler, peer, vLLM) leaves them as they are.
 """
 
 from __future__ import annotations
@@ -310,6 +311,7 @@ def chart(rows: list[dict], path: Path) -> str:
 
 
 PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer", "vllm")
+OWN_REPORT = ("sampler", "peer", "vllm")  # sampler.md, peer.md, vllm/bench.md
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -456,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     if "vllm" not in skip:
         print("7. vLLM", flush=True)
         report["vllm"] = bench_vllm.vllm_section(decoder, prompts, args, out / "vllm" / "bench.md")
+    if not set(PARTS) - skip - set(OWN_REPORT):
+        print(f"{out / 'bench.md'} left as it is: the parts run wrote reports of their own")
+        return 0
     text_chart = chart(report["end_to_end"], out / "speedup.png") if "end_to_end" in report else ""
     (out / "bench.json").write_text(json.dumps(report, indent=2))
     (out / "bench.md").write_text(render_markdown(report, text_chart))
