@@ -85,6 +85,27 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def cached_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Softmax attention of q [B, H, T, D] over the cache slots k, v [B, H_kv, S, D], where
+    mask [B, 1, T, S] is True (each group of H / H_kv query heads shares a key head).
+
+    Compiled for a CPU, it is written as broadcast products and sums, which Inductor fuses into
+    a pass over the keys and a pass over the values, vectorized along D: that is 0.8x the time
+    of SDPA's kernel for a B = 16 step of the shipped target (which spends most of a step
+    there: at T = 1 it runs 96 tiny products a layer), and 0.9x at B = 1. Eager, it is SDPA:
+    the broadcast product would be materialized, [B, H, T, S, D]. On a GPU SDPA is kept."""
+    if not (torch.compiler.is_compiling() and q.device.type == "cpu"):
+        gqa = k.shape[1] != q.shape[1]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    B, H, T, D = q.shape
+    q = q.reshape(B, k.shape[1], -1, T, 1, D)  # [B, H_kv, group, T, 1, D]
+    scores = (q * k[:, :, None, None]).sum(-1) * D**-0.5  # [B, H_kv, group, T, S]
+    weights = scores.masked_fill(~mask[:, :, None], float("-inf")).softmax(-1)
+    return (weights[..., None] * v[:, :, None, None]).sum(-2).reshape(B, H, T, D)
+
+
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -133,7 +154,7 @@ class Attention(nn.Module):
             live = key_positions.shape[0]  # views: no slot past them is read
             k, v = cached_k.narrow(2, 0, live), cached_v.narrow(2, 0, live)
             mask = key_positions[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+            y = cached_attention(q, k, v, mask)
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
 

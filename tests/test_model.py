@@ -3,6 +3,8 @@ a change of position, and the step shapes compile once each."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -273,11 +275,16 @@ def test_reading_the_live_slots_gives_the_full_caches_logits_bit_for_bit(width: 
     assert (logits[2] - full[2]).abs().max() > 100 * TOL
 
 
-def test_a_compiled_step_reads_every_live_length_with_one_graph() -> None:
+@pytest.mark.parametrize("n_head,n_kv_head", [(2, 2), (4, 2)])
+def test_a_compiled_step_reads_every_live_length_with_one_graph(
+    n_head: int, n_kv_head: int
+) -> None:
     """key_positions' length as a dynamic size (mark_dynamic; every other size static): steps
     whose live length crosses a 64-slot boundary, up to the whole cache, trace one graph per
-    step width, and give the eager full-cache logits."""
-    model = make_model(LONG)
+    step width, and give the eager full-cache logits (the compiled attention is written apart
+    from eager's SDPA: cached_attention), with a key head per query head and with two key
+    heads each shared by two query heads."""
+    model = make_model(dataclasses.replace(LONG, n_head=n_head, n_kv_head=n_kv_head))
     model.setup_cache(2)
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
