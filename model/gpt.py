@@ -13,8 +13,9 @@ moving the row's position back; the stale entries are overwritten by the next wr
 Attention reads only the cache's first S slots, S given by the caller's `key_positions` (the
 arange of the batch's live length): at a large batch the whole cache is what a step reads most,
 and most of it lies past every row's position. Masked keys contribute exact zeros, so the logits
-do not depend on S as long as it covers every position (bit for bit when S is a multiple of 64:
-tests/test_model.py).
+do not depend on S as long as it covers every position (bit for bit when S is a multiple of 64,
+eagerly: tests/test_model.py). A prompt's prefill (`GPT.prefill`) writes keys and values and
+computes nothing that only logits need.
 """
 
 from __future__ import annotations
@@ -297,10 +298,8 @@ class GPT(nn.Module):
 
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin at positions [B, T]: [B, 1, T, D/2] each, in the model's dtype."""
-        dtype = self.embed.weight.dtype
-        return self.rope_cos[positions][:, None].to(dtype), self.rope_sin[positions][:, None].to(
-            dtype
-        )
+        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]
+        return cos.to(self.embed.weight.dtype), sin.to(self.embed.weight.dtype)
 
     def prefill(self, tokens: torch.Tensor) -> None:
         """Write the keys and values of tokens [B, T], at positions 0..T-1 in every row, into the
