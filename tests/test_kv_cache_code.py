@@ -31,3 +31,27 @@ def test_a_compiled_step_writes_the_cache_in_place() -> None:
     assert f"empty_strided_cpu({shape}" not in source
     # The check has teeth: the cache is in the graph (as an input) and its size appears there.
     assert str(shape) in source
+
+
+def test_compiled_attention_allocates_no_product_over_slots_and_head_dim() -> None:
+    """cached_attention's broadcast products, [B, H, T, S, D], must fuse into their sums: no
+    buffer of the generated code spans both the cache slots (S) and the head dimension (D), or
+    a B = 64 verify would allocate hundreds of MB a layer. The scores, [.., T, S], do appear."""
+    config = GPTConfig(
+        vocab_size=64, n_layer=1, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=96
+    )
+    model = GPT(config).eval()
+    model.setup_cache(3)
+    slots, head_dim, width = 48, config.head_dim, 5
+    positions = torch.tensor([[1], [20], [40]]) + torch.arange(width)
+    step = torch.compile(model, fullgraph=True, dynamic=False)
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+        _, sources = run_and_get_code(
+            step, torch.zeros(3, width, dtype=torch.long), positions, torch.arange(slots)
+        )
+    shapes = [
+        tuple(int(n) for n in dims.split(",") if n.strip())
+        for dims in re.findall(r"empty_strided_cpu\(\(([\d, ]+)\)", "\n".join(sources))
+    ]
+    assert any(shape[-2:] == (width, slots) for shape in shapes), shapes  # the scores
+    assert not any(slots in shape and shape[-1] == head_dim for shape in shapes), shapes
