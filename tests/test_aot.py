@@ -125,10 +125,9 @@ def test_other_weights_of_the_same_shapes_get_a_package_of_their_own(
 
     monkeypatch.setattr(AheadOfTime, "foreground_package", stand_in)
     target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
-    for models in (target, copy.deepcopy(target), perturbed_copy(target, 5, mix=0.5)):
-        AheadOfTime(lambda x: x * 2, torch.nn.ModuleList([models]), "test", tmp_path)(
-            torch.ones(2)
-        )
+    for model in (target, copy.deepcopy(target), perturbed_copy(target, 5, mix=0.5)):
+        aot = AheadOfTime(lambda x: x * 2, torch.nn.ModuleList([model]), "test", tmp_path)
+        aot(torch.ones(2))
     assert built[0] == built[1] != built[2]
 
 
