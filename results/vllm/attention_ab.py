@@ -29,7 +29,8 @@ sums = model.gpt.cached_attention
 
 
 def sdpa(q, k, v, mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+    gqa = k.shape[1] != q.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
 # One function per arm, so that each has a compiled graph of its own; the module's

@@ -1,7 +1,8 @@
 """Where a batch's time goes in minispec, eagerly, on the shipped pair: the target's forward at
 1, 3, 5 and 9 tokens (reading the whole 512-slot cache, and at 1 and 5 tokens only the live
-slots, the decoder's key_positions), the draft's 1-token step, one layer's attention over the whole 512-slot
-cache against only the live slots, and the prefill of the batch's prompts (target and draft).
+slots, the decoder's key_positions), the draft's 1-token step, one layer's attention over the
+whole 512-slot cache against only the live slots, and the prefill of the batch's prompts
+(target and draft).
 Timed in CPU seconds of this process (time.process_time, one thread), interleaved, so that other
 work on a shared machine distorts the figures less than wall time would.
 
@@ -73,8 +74,10 @@ with torch.no_grad():
             f()
             times[name].append(time.process_time() - start)
 base = statistics.median(times["target 1-token forward"])
-print(f"B = {B}, position {args.position}, 1 thread, eager: CPU ms, median (min-max) of {args.repeats}")
+print(f"B = {B}, position {args.position}, 1 thread, eager: CPU ms,", end=" ")
+print(f"median (min-max) of {args.repeats}")
 print("| what | CPU ms | x target 1-token |\n|---|---|---|")
 for name, v in times.items():
     med = statistics.median(v)
-    print(f"| {name} | {1e3 * med:.2f} ({1e3 * min(v):.2f}-{1e3 * max(v):.2f}) | {med / base:.2f} |")
+    spread = f"{1e3 * min(v):.2f}-{1e3 * max(v):.2f}"
+    print(f"| {name} | {1e3 * med:.2f} ({spread}) | {med / base:.2f} |")
