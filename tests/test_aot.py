@@ -15,6 +15,7 @@ import copy
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -79,6 +80,17 @@ def wait_for_packages(folder: Path, count: int, timeout: float = 1200) -> None:
     raise AssertionError(log.read_text()[-2000:] if log.exists() else "no builder log")
 
 
+def naming_stand_in(built: list[Path], run: Callable) -> Callable:
+    """An AheadOfTime.foreground_package that builds nothing: it appends the path the package
+    would have to `built` and returns `run` (flat inputs -> flat outputs) as the package."""
+
+    def stand_in(self, key, buffers, leaves, spec, kwargs):
+        built.append(self.paths([*buffers.values(), *leaves], spec, kwargs)[0])
+        return run, tree_flatten(torch.zeros(1))[1]
+
+    return stand_in
+
+
 def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) -> None:
     """compile="auto" decodes eagerly and starts a builder process, which compiles the package
     (the real C++ compile, once); a decoder with compile="aot" then loads it and decodes as
@@ -118,11 +130,7 @@ def test_other_weights_of_the_same_shapes_get_a_package_of_their_own(
     must never load it, while an equal copy of the weights does. (A stand-in builds nothing;
     the package name is what decides.)"""
     built: list[Path] = []
-
-    def stand_in(self, key, buffers, leaves, spec, kwargs):
-        built.append(self.paths([*buffers.values(), *leaves], spec, kwargs)[0])
-        return (lambda flat: [flat[-1] * 2]), tree_flatten(torch.zeros(1))[1]
-
+    stand_in = naming_stand_in(built, lambda flat: [flat[-1] * 2])
     monkeypatch.setattr(AheadOfTime, "foreground_package", stand_in)
     target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
     for model in (target, copy.deepcopy(target), perturbed_copy(target, 5, mix=0.5)):
@@ -186,11 +194,7 @@ def test_one_package_serves_every_length_of_the_dynamic_argument(
     one package, while another size of any other argument is another package. Without
     dynamic_arg every length is a package of its own. (A stand-in builds nothing.)"""
     built: list[Path] = []
-
-    def stand_in(self, key, buffers, leaves, spec, kwargs):
-        built.append(self.paths([*buffers.values(), *leaves], spec, kwargs)[0])
-        return (lambda flat: [flat[-2] + flat[-1].sum()]), tree_flatten(torch.zeros(1))[1]
-
+    stand_in = naming_stand_in(built, lambda flat: [flat[-2] + flat[-1].sum()])
     monkeypatch.setattr(AheadOfTime, "foreground_package", stand_in)
     models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
 
