@@ -82,8 +82,13 @@ class Announced:
         self.compiled_last = False
 
     @property
-    def compiled(self) -> bool:
-        return self.announce  # compiled graphs are announced; eager code is not
+    def ran_compiled(self) -> bool:
+        """Whether the last call ran compiled code: an announced graph does (eager code is not
+        announced); an AheadOfTime function, when the call ran its package, not its eager
+        tier."""
+        if isinstance(self.fn, AheadOfTime):
+            return self.fn.ran_package
+        return self.announce
 
     def __call__(self, *args, **kwargs):
         if isinstance(self.fn, AheadOfTime):
@@ -262,6 +267,7 @@ class AheadOfTime:
         self.waiting: dict[tuple, Path] = {}  # background: each graph's package, once asked
         self.requested: set[Path] = set()  # background: the packages asked of a builder
         self.compiled_last = False  # whether the last call compiled or loaded its package
+        self.ran_package = False  # whether the last call ran a package (else, eagerly)
         self.unwritable: str | None = None  # why the folder cannot be written; then eager
         self.digest: str | None = None  # weights_digest, once taken
         self.current_buffers: dict[str, torch.Tensor] = {}
@@ -272,7 +278,7 @@ class AheadOfTime:
         buffers = self.buffers()
         leaves, spec = tree_flatten(args)
         key = self.key_of(leaves, kwargs, the_dynamic(args, self.dynamic_arg))
-        self.compiled_last = False
+        self.compiled_last = self.ran_package = False
         if key not in self.packages and self.unwritable is None:
             find = self.background_package if self.background else self.foreground_package
             with quiet_treespecs():
@@ -285,6 +291,7 @@ class AheadOfTime:
             return self.fn(*args, **kwargs)
         run, out_spec = self.packages[key]
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        self.ran_package = True
         return tree_unflatten(run([*buffers.values(), *tensors]), out_spec)
 
     def foreground_package(

@@ -273,8 +273,8 @@ class SpeculativeDecoder:
         )
         result = Snapshot.read(snapshot, k)  # the round's one host read
         elapsed = time.perf_counter() - start
-        # A compiled round is one guard check; an eager one, none.
-        guard_checks = int(run.announced.compiled)
+        # A compiled round is one guard check; an eager one (the eager tier's too), none.
+        guard_checks = int(run.announced.ran_compiled)
         run.stats.count_round(elapsed, host_reads=1, compiled_calls=guard_checks, k=k)
         if not k:
             run.draft_behind += max(len(row.token_ids) for row in result.rows)

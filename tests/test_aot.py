@@ -29,9 +29,10 @@ from torch.utils._pytree import tree_flatten
 import minispec.compiled
 import minispec.tiers
 from minispec.adaptive import AdaptiveConfig
-from minispec.compiled import AheadOfTime
+from minispec.compiled import AheadOfTime, Announced
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.stats import DecodeStats
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,16 +53,18 @@ def caches(model: torch.nn.Module) -> list[torch.Tensor]:
     return [b for name, b in model.named_buffers() if "kv_cache" in name]
 
 
-def decode_all(decoder: SpeculativeDecoder) -> tuple[list, list[torch.Tensor]]:
-    """Each spec's output, from zeroed caches, and the caches it leaves."""
-    outputs, left = [], []
+def decode_all(decoder: SpeculativeDecoder) -> tuple[list, list[torch.Tensor], list[DecodeStats]]:
+    """Each spec's output, from zeroed caches, the caches it leaves, and each call's stats."""
+    outputs, left, stats = [], [], []
     for spec in SPECS:
         for model in (decoder.target, decoder.draft):
             for cache in caches(model):
                 cache.zero_()
-        outputs.append(decoder.generate(PROMPTS, params(), spec).token_ids)
+        out = decoder.generate(PROMPTS, params(), spec)
+        outputs.append(out.token_ids)
+        stats.append(out.stats)
         left += [c.clone() for m in (decoder.target, decoder.draft) for c in caches(m)]
-    return outputs, left
+    return outputs, left, stats
 
 
 def exports(decoder: SpeculativeDecoder) -> int:
@@ -105,19 +108,22 @@ def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) 
     )
     target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
     draft = perturbed_copy(target, 4, mix=0.3)
-    eager, eager_caches = decode_all(SpeculativeDecoder(target, draft, compile=False))
+    eager, eager_caches, _ = decode_all(SpeculativeDecoder(target, draft, compile=False))
 
     tiered = SpeculativeDecoder(target, draft, compile="auto")
-    assert decode_all(tiered)[0] == eager  # eager rounds, while the builder compiles
+    out, _, stats = decode_all(tiered)
+    assert out == eager  # eager rounds, while the builder compiles
     assert exports(tiered) == 0
+    assert all(s.compiled_calls == 0 for s in stats)  # no eager round counts a guard check
     wait_for_packages(tmp_path, 1)
     assert len(list(tmp_path.glob("*.pt2"))) == 1  # one per graph
     assert not list((tmp_path / "requests").iterdir())  # the request is done and gone
 
     first = SpeculativeDecoder(target, draft, compile="aot")
-    out, aot_caches = decode_all(first)
+    out, aot_caches, stats = decode_all(first)
     assert out == eager
     assert exports(first) == 0  # loaded from tmp_path
+    assert all(s.compiled_calls == s.batch_rounds > 0 for s in stats)
     # The package wrote the live caches, in place, as the eager rounds did.
     for a, e in zip(aot_caches, eager_caches, strict=True):
         torch.testing.assert_close(a, e)
@@ -164,6 +170,23 @@ def test_a_module_that_gained_a_buffer_gets_a_new_package(tmp_path: Path, monkey
     models[0].register_buffer("cache", torch.zeros(3))
     assert torch.equal(aot(x), 2 * x)
     assert built == [1, 2]
+
+
+def test_only_a_call_that_ran_the_package_counts_as_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the background tier a round runs eagerly until its package is on disk: those calls
+    are no calls into compiled code (the stats' guard checks per round), the package's are.
+    (A stand-in: the package is missing at the first call and there at the second.)"""
+    on_disk = [None, (lambda flat: [flat[-1] * 3], tree_flatten(torch.zeros(1))[1])]
+    monkeypatch.setattr(AheadOfTime, "background_package", lambda self, *_: on_disk.pop(0))
+    models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    aot = AheadOfTime(lambda x: x * 2, models, "test", tmp_path, background=True)
+    announced = Announced(aot, "test", announce=True)
+    x = torch.ones(2)
+    assert torch.equal(announced(x), 2 * x) and not announced.ran_compiled  # the eager tier
+    assert torch.equal(announced(x), 3 * x) and announced.ran_compiled  # the package
+    assert torch.equal(announced(x), 3 * x) and announced.ran_compiled
 
 
 def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
