@@ -163,13 +163,14 @@ def held_out_bits_per_byte(
 ) -> float:
     """Mean next-byte cross-entropy on held-out files, in bits (tokens are bytes)."""
     model.eval()
+    device = model.embed.weight.device
     n = (data.numel() - 1) // seq_len
     n = min(n, max_windows) if max_windows else n
     total = 0.0
     for i in range(0, n, 16):
         rows = torch.stack(
             [data[j * seq_len : (j + 1) * seq_len + 1] for j in range(i, min(n, i + 16))]
-        ).long()
+        ).to(device, torch.long)
         logits = model(rows[:, :-1])
         total += F.cross_entropy(
             logits.flatten(0, 1), rows[:, 1:].flatten(), reduction="sum"
@@ -206,8 +207,8 @@ def restore_optimizer(
         if f"{OPTIMIZER_PREFIX}exp_avg.{name}" in tensors:
             opt.state[p] = {
                 "step": torch.tensor(float(step)),
-                "exp_avg": tensors[f"{OPTIMIZER_PREFIX}exp_avg.{name}"].clone(),
-                "exp_avg_sq": tensors[f"{OPTIMIZER_PREFIX}exp_avg_sq.{name}"].clone(),
+                "exp_avg": tensors[f"{OPTIMIZER_PREFIX}exp_avg.{name}"].to(p.device),
+                "exp_avg_sq": tensors[f"{OPTIMIZER_PREFIX}exp_avg_sq.{name}"].to(p.device),
             }
 
 
@@ -242,6 +243,14 @@ def fast_bf16(device: torch.device) -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def training_device(name: str) -> torch.device:
+    """The device this process trains on: under torchrun on CUDA, GPU number LOCAL_RANK."""
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
 
 
 def init_ranks() -> Ranks:
@@ -315,6 +324,7 @@ def train_one(
     overrides: dict | None = None,
     autocast: bool = True,
     init_from: Path | None = None,
+    device: torch.device = torch.device("cpu"),
 ) -> Path:
     """Train one model of the pair and export it to out_dir/<role>.safetensors; `init_from`: a
     checkpoint to start from (a fine-tune) instead of random weights."""
@@ -331,7 +341,6 @@ def train_one(
     torch.manual_seed(seed + (role == "draft"))
     config, start = PRESETS[preset][role], 0
     model = GPT(config) if init_from is None else initial_weights(init_from, config)
-    opt = optimizer_for(model, schedule.lr)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
         if "step" not in meta:
@@ -349,11 +358,14 @@ def train_one(
                 f"run: {preset!r}, seed {seed}, corpus {corpus.fingerprint[:16]}); "
                 f"remove it or drop --resume"
             )
-        opt = optimizer_for(model, schedule.lr)
         start = int(meta["step"])
-        restore_optimizer(model, opt, read_checkpoint(state_path)[0], start)
         if ranks.writer:
             print(f"[{role}] resuming from step {start} ({state_path})", flush=True)
+    # The optimizer is made for the moved parameters, so its moments live on the device too.
+    model.to(device)
+    opt = optimizer_for(model, schedule.lr)
+    if start:
+        restore_optimizer(model, opt, read_checkpoint(state_path)[0], start)
     model.train()
     # Data parallel: each rank computes the gradient of its shard's mean loss, and DDP averages
     # them, which is the gradient of the global batch's mean loss (the shards are equal in size).
@@ -385,7 +397,7 @@ def train_one(
         for group in opt.param_groups:
             group["lr"] = learning_rate(schedule, step)
         x, y = (
-            ranks.shard(t)
+            ranks.shard(t).to(device)
             for t in get_batch(
                 corpus.train,
                 schedule.batch_size,
@@ -432,7 +444,7 @@ def train_one(
     if ranks.writer:
         export_dtype = getattr(torch, schedule.export_dtype)
         # Evaluate the weights as exported (rounded to the export dtype), since those are what ship.
-        exported = GPT(model.config)
+        exported = GPT(model.config).to(device)
         exported.load_state_dict(
             {k: v.to(export_dtype).float() for k, v in model.state_dict().items()}
         )
@@ -494,6 +506,14 @@ def check_arguments(args: argparse.Namespace, state_dir: Path, roles: list[str])
         raise ValueError("--init-from starts one model: say which with --only target or draft")
     if args.init_from is not None and not args.init_from.exists():
         raise ValueError(f"--init-from {args.init_from}: no such file or folder")
+    if args.corpus_root is not None and not args.corpus_root.is_dir():
+        raise ValueError(f"--corpus-root {args.corpus_root}: no such folder")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise ValueError(f"--device {args.device!r}: not a device name (cpu, cuda)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this torch sees no CUDA device; train on --device cpu")
     shortest = 2 * COPY_SPAN[0] + len(BLANK_LINE)  # the shortest copy row
     for role in roles:
         seq_len = SCHEDULES[args.preset][role].seq_len
@@ -562,6 +582,17 @@ def main(argv: list[str] | None = None) -> int:
         help="start the --only model from this checkpoint's weights (a fine-tune)",
     )
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where to train: cpu, or cuda (each torchrun process takes GPU LOCAL_RANK)",
+    )
+    parser.add_argument(
+        "--corpus-root",
+        type=Path,
+        help="read the corpus from this copy of a standard library instead of the running "
+        "interpreter's (its fingerprint says whether it is the same corpus)",
+    )
+    parser.add_argument(
         "--check-args",
         action="store_true",
         help="check the arguments and folders, then stop (make train NPROC=N does this once "
@@ -592,8 +623,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.check_args:
         return 0
-    autocast = not args.fp32 and fast_bf16(torch.device("cpu"))
-    corpus = load_corpus()
+    device = training_device(args.device)
+    autocast = not args.fp32 and fast_bf16(device)
+    corpus = load_corpus(args.corpus_root)
     if ranks.writer:
         print(
             f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / "
@@ -622,10 +654,11 @@ def main(argv: list[str] | None = None) -> int:
                 overrides=overrides,
                 autocast=autocast,
                 init_from=args.init_from,
+                device=device,
             )
         if args.only != "target":
             teacher, _ = load_checkpoint(target_path)
-            teacher.requires_grad_(False)
+            teacher.requires_grad_(False).to(device)
             train_one(
                 "draft",
                 args.preset,
@@ -641,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
                 overrides=overrides,
                 autocast=autocast,
                 init_from=args.init_from,
+                device=device,
             )
         if ranks.writer and (curve := write_curve(state_dir, out_dir)) is not None:
             print(f"loss curve -> {curve}", flush=True)
