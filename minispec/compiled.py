@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
-from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_map, tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_leaves, tree_unflatten
 
+from minispec.compilation.cuda_graphs import CudaGraphs
 from sampling.constraints import COMPILE_OPTIONS, jit
 
 
@@ -73,10 +74,9 @@ class Announced:
         fn: Callable,
         name: str,
         announce: bool,
-        cuda_graphs: bool = False,
         dynamic_arg: int | None = None,
     ) -> None:
-        self.fn, self.name, self.announce, self.cuda_graphs = fn, name, announce, cuda_graphs
+        self.fn, self.name, self.announce = fn, name, announce
         self.dynamic_arg = dynamic_arg if announce else None  # eager code has no graph
         # Whether the last call compiled or loaded a graph: its time is not a round's.
         self.compiled_last = False
@@ -102,21 +102,14 @@ class Announced:
             torch._dynamo.mark_dynamic(dynamic, 0)
         if not self.compiled_last:
             # The plain call inline: one frame less between the loop and the round.
-            return self.fn(*args, **kwargs) if not self.cuda_graphs else self.run(*args, **kwargs)
-        with compiling(in_words(self.name, args, kwargs)):
-            out = self.run(*args, **kwargs)
-        Announced.seen.add(key)
+            out = self.fn(*args, **kwargs)
+        else:
+            with compiling(in_words(self.name, args, kwargs)):
+                out = self.fn(*args, **kwargs)
+            Announced.seen.add(key)
+        if isinstance(self.fn, CudaGraphs):  # a new decoder captures its own graphs
+            self.compiled_last = self.fn.compiled_last
         return out
-
-    def run(self, *args, **kwargs):
-        if not self.cuda_graphs:
-            return self.fn(*args, **kwargs)
-        # Under CUDA graphs an output lives in the graph's memory pool and the next replay
-        # overwrites it: keep copies.
-        torch.compiler.cudagraph_mark_step_begin()
-        return tree_map(
-            lambda t: t.clone() if isinstance(t, torch.Tensor) else t, self.fn(*args, **kwargs)
-        )
 
 
 @contextmanager
@@ -173,8 +166,9 @@ def compile_fn(
             fn, models, f"{name} {identity}", aot_folder(), name, enabled == "auto", dynamic_arg
         )
         return Announced(aot, name, announce=True)
-    compiled = jit(fn, **({"triton.cudagraphs": True} if cuda else {}))
-    return Announced(compiled, name, announce=True, cuda_graphs=cuda, dynamic_arg=dynamic_arg)
+    if cuda:
+        return Announced(CudaGraphs(fn, jit), name, announce=True)
+    return Announced(jit(fn), name, announce=True, dynamic_arg=dynamic_arg)
 
 
 SOURCE_FOLDERS = ("minispec", "model", "sampling")  # the code a round runs

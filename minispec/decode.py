@@ -106,6 +106,8 @@ class SpeculativeDecoder:
         self.target, self.draft = target.eval(), draft.eval() if draft is not None else None
         self.suffix_index, self.compile = suffix_index, compile
         self.device = target.embed.weight.device
+        # CUDA graphs replay fixed shapes: there the rounds attend over the whole cache, masked.
+        self.static_shapes = self.device.type == "cuda"
         self.max_seq_len = min(
             target.config.max_seq_len, draft.config.max_seq_len if draft else math.inf
         )
@@ -162,10 +164,13 @@ class SpeculativeDecoder:
         lengths, max_new = [len(p) for p in prompts], [p.max_new_tokens for p in params]
         return LoopState.start(tokens, lengths, max_new, seeds, k)
 
-    def key_positions(self, longest: int, k: int) -> torch.Tensor:
+    def key_positions(self, longest: int, k: int) -> torch.Tensor | None:
         """The cache slots a forward reads when the longest row holds `longest` tokens and the
         forward writes up to k positions past its last: arange(S), S = longest + k rounded up
-        to KV_BUCKET, at most max_seq_len."""
+        to KV_BUCKET, at most max_seq_len. On CUDA, None: the whole cache, masked, so that the
+        round's shapes never change and one captured CUDA graph replays every round."""
+        if self.static_shapes:
+            return None
         live = math.ceil((longest + k) / KV_BUCKET) * KV_BUCKET
         return torch.arange(min(self.max_seq_len, live), device=self.device)
 
