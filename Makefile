@@ -46,10 +46,10 @@ train: $(STAMP)  ## train the target, then the distilled draft (NPROC=N: N proce
 	$(if $(NPROC),$(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC),$(PY)) -m minispec train $(ARGS)
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
-	$(PY) -m minispec bench $(ARGS)
+	$(PY) -m benchmarks $(ARGS)
 
 bench-gpu: $(STAMP)  ## the same benchmark on CUDA (CUDA graphs) + the sampler's Triton kernels -> results/gpu/
-	$(PY) -m minispec bench --device cuda --out results/gpu $(ARGS)
+	$(PY) -m benchmarks --device cuda --out results/gpu $(ARGS)
 	$(PY) -m minispec kernels --device cuda --out results/gpu
 
 verify: $(STAMP)  ## reproduce the paper's worked example with the compiled sampler
@@ -68,7 +68,7 @@ $(VLLM_VENV)/.installed:
 	touch $@
 
 vllm-check: $(VLLM_VENV)/.installed  ## the exported pair in vLLM against minispec, T = 0 and 1 -> results/vllm/
-	VLLM_LOGGING_LEVEL=ERROR $(VLLM_VENV)/bin/python -m minispec.commands.vllm_check $(ARGS)
+	VLLM_LOGGING_LEVEL=ERROR $(VLLM_VENV)/bin/python -m benchmarks.vllm_check $(ARGS)
 
 clean:  ## remove .venv, caches and build outputs
 	rm -rf $(VENV) $(VLLM_VENV) .inductor-cache .pytest_cache build *.egg-info

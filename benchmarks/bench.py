@@ -13,7 +13,7 @@
    (paired by rotation; the best K picked from every rotation, and without the one compared).
    3b. Proposers (draft model, n-gram, suffix) on plain and "edit" prompts, each row
    interleaved with K = 0 (bench_proposers.py).
-4. Sampler: minispec.commands.bench_sampler (compiled vs eager vs plain vs the read floor).
+4. Sampler: benchmarks.bench_sampler (compiled vs eager vs plain vs the read floor).
 5. Start-up (bench_startup.py): `minispec decode` processes on a fresh cache and a warm one,
    default and a first `--temperature 0`: first token, done, full speed.
 6. Peer: transformers on the same pair (exported), on the same prompts and threads, target-only
@@ -25,10 +25,11 @@
    "goal / measured / met?" lines (bench_vllm.py, results/vllm/bench.md); skipped with a note
    when vLLM's environment (`make vllm-check` builds it) is absent.
 
-Compile time is measured apart. `--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens.
-Writes results/bench.json, results/bench.md, results/peer.md and results/speedup.png (or a
-text chart). bench.md and bench.json hold the parts run; a run of only parts that write a
-report of their own (sampler, peer, vLLM) leaves them as they are.
+The flags are in flags.py (`python -m benchmarks --help`). Compile time is measured apart.
+`--quick` is a smoke run: K = 4, T = 0, two pairs, 32 tokens. Writes results/bench.json,
+results/bench.md, results/peer.md and results/speedup.png (or a text chart). bench.md and
+bench.json hold the parts run; a run of only parts that write a report of their own (sampler,
+peer, vLLM) leaves them as they are.
 """
 
 from __future__ import annotations
@@ -42,49 +43,18 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import bench_proposers, bench_vllm
+from benchmarks.bench_sampler import machine
+from benchmarks.flags import OWN_REPORT, PARTS, sampler_parser
+from benchmarks.spread import format_spread, spread
 from minispec.api import load_decoder
-from minispec.commands import bench_proposers, bench_vllm
-from minispec.commands.args import (
-    OneLineParser,
-    choice_list,
-    comma_list,
-    device_name,
-    integer,
-    real,
-    thread_count,
-    writable_folder,
-)
-from minispec.commands.bench_sampler import machine
-from minispec.commands.corpus import load_corpus
-from minispec.commands.spread import format_spread, spread
+from minispec.commands.prompts import held_out_prompts
 from minispec.compiled import compile_fn
 from minispec.decode import SpeculativeDecoder
-from minispec.params import PROPOSERS, SpeculativeConfig
+from minispec.params import SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
 from model import tokenizer
 from model.gpt import GPT
-from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
-
-
-def held_out_prompts(count: int = 6, length: int = 300) -> list[str]:
-    """`count` prompts of `length` bytes from the corpus's held-out files, each starting at a
-    line start, spread evenly over the held-out split, one file at most once."""
-    ids = load_corpus().held_out.tolist()
-    prompts, used_files, step = [], set(), len(ids) // count
-    for i in range(count * 4):  # a few spare starting points for files too short to cut
-        at = (i * step // 4) % len(ids)
-        file_start = max((j for j in range(at, -1, -1) if ids[j] == BOS_TOKEN_ID), default=0)
-        line = next((j + 1 for j in range(at, len(ids) - length) if ids[j] == ord("\n")), None)
-        if line is None or file_start in used_files:
-            continue
-        cut = ids[line : line + length]
-        if BOS_TOKEN_ID in cut or EOS_TOKEN_ID in cut:
-            continue
-        used_files.add(file_start)
-        prompts.append(bytes(cut).decode("utf-8", errors="replace"))
-        if len(prompts) == count:
-            break
-    return prompts
 
 
 @contextlib.contextmanager
@@ -310,92 +280,8 @@ def chart(rows: list[dict], path: Path) -> str:
     return "\n".join(lines)
 
 
-PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer", "vllm")
-OWN_REPORT = ("sampler", "peer", "vllm")  # sampler.md, peer.md, vllm/bench.md
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog="minispec bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--ks",
-        type=comma_list(integer(1)),
-        default="2,4,6,8",
-        help="speculative K values (K = 0 is the baseline every row is paired with)",
-    )
-    parser.add_argument("--temperatures", type=comma_list(real(0)), default="0,1")
-    parser.add_argument("--batch-sizes", type=comma_list(integer(1)), default="1,4,16,64")
-    parser.add_argument(
-        "--batch-ks",
-        type=comma_list(integer(1)),
-        default="2,4,8",
-        help="the fixed K values of the batch table (part 3), beside K = 0 and K = auto",
-    )
-    parser.add_argument(
-        "--proposers",
-        type=choice_list(PROPOSERS),
-        default=",".join(PROPOSERS),
-        help="the proposer table's rows (part 3b): " + ",".join(PROPOSERS),
-    )
-    parser.add_argument("--max-new-tokens", type=integer(1), default=128)
-    parser.add_argument("--repeats", type=integer(1), default=5, help="A B pairs per row")
-    parser.add_argument(
-        "--prompts", type=integer(1), default=6, help="held-out prompts of 300 bytes"
-    )
-    parser.add_argument("--out", type=writable_folder, default="results")
-    parser.add_argument(
-        "--device", type=device_name, default="cpu", help="cpu or cuda (CUDA graphs there)"
-    )
-    parser.add_argument(
-        "--threads",
-        type=thread_count,
-        default=1,
-        help="CPU threads for the rounds (default 1: B = 1 decode steps are latency-bound); the "
-        "prefill runs on every core",
-    )
-    parser.add_argument(
-        "--draft-sample-method",
-        default="auto",
-        help="auto (greedy at T = 0, probabilistic at T > 0), greedy (one-hot q) or probabilistic",
-    )
-    parser.add_argument(
-        "--compile-mode",
-        choices=("jit", "aot"),
-        default="aot",
-        help="how the decoder compiles its rounds, as `minispec decode --compile-mode`",
-    )
-    parser.add_argument(
-        "--vllm-python",
-        default=bench_vllm.DEFAULT_PYTHON,
-        help="the Python of vLLM's environment, for part 7 (default: make vllm-check's)",
-    )
-    parser.add_argument(
-        "--skip",
-        type=choice_list(PARTS),
-        default="",
-        help="comma list of parts to skip: " + ",".join(PARTS),
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a smoke run: K = 4, T = 0, "
-        "2 pairs, 2 prompts, 32 tokens, no batch, sampler or start-up parts",
-    )
-    args = parser.parse_args(argv)
-    args.argv = list(argv or [])  # the command, for results/vllm/bench.md
-    if args.quick:
-        args.ks, args.temperatures, args.repeats, args.prompts = "4", "0", 2, 2
-        args.max_new_tokens, args.skip = 32, "batch,proposers,sampler,startup,peer,vllm"
-    if "end_to_end" in args.skip and "peer" not in args.skip:
-        parser.error("the peer part uses the end-to-end part's best K: skip both or neither")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Every part not in --skip (args: benchmarks.flags.parse_bench's)."""
     skip = set(filter(None, args.skip.split(",")))
     ks, temperatures = comma_ints(args.ks), [float(t) for t in args.temperatures.split(",")]
     out = Path(args.out)
@@ -443,13 +329,14 @@ def main(argv: list[str] | None = None) -> int:
         run_proposers(report, decoder, prompts, temperatures, args)
     if "sampler" not in skip:
         print("4. sampler", flush=True)
-        from minispec.commands.bench_sampler import main as bench_sampler_main
+        from benchmarks.bench_sampler import run as run_sampler
 
-        bench_sampler_main(["--out", str(out), "--device", args.device, "--threads", "2,1"])
+        flags = ["--out", str(out), "--device", args.device, "--threads", "2,1"]
+        run_sampler(sampler_parser().parse_args(flags))
         report["sampler"] = json.loads((out / "sampler.json").read_text())
     if "startup" not in skip:
         print("5. start-up", flush=True)
-        from minispec.commands import bench_startup
+        from benchmarks import bench_startup
 
         report["startup"] = bench_startup.run(args.device)
     if "peer" not in skip:
@@ -476,7 +363,7 @@ def run_proposers(
     temperatures: list[float],
     args: argparse.Namespace,
 ) -> None:
-    """Part 3b: the proposer table (minispec/commands/bench_proposers.py), with the suffix index
+    """Part 3b: the proposer table (benchmarks/bench_proposers.py), with the suffix index
     over the training corpus (built on first use)."""
     from minispec.commands.build_index import cached_index
 
@@ -524,7 +411,7 @@ def peer_section(
     try:
         import transformers  # noqa: F401 - the optional `peer` extra
 
-        from minispec.commands.bench_peer import format_peer_row, peer_rows
+        from benchmarks.bench_peer import format_peer_row, peer_rows
     except ImportError:
         note = "peer rows skipped: transformers is not installed (pip install 'minispec[peer]')"
     else:
@@ -630,14 +517,10 @@ def render_markdown(report: dict, text_chart: str) -> str:
         lines += ["\n## End to end\n", HEADER]
         lines += [format_row(r) for r in report["end_to_end"]]
     if "startup" in report:
-        from minispec.commands.bench_startup import render as render_startup
+        from benchmarks.bench_startup import render as render_startup
 
         lines += render_startup(report["startup"])
     lines += bench_proposers.render(report, report["batch_ks"])
     if text_chart:
         lines += ["\n## Speedup against K\n", "```", text_chart, "```"]
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,7 +8,7 @@
    rotation; each setting's speedup over the K = 0 run of its rotation.
 
 Every row reports the median of the per-pair speedups with its 95 % interval and min-max
-(minispec.commands.spread), alpha, the mean acceptance length, the K chosen (a histogram) and
+(benchmarks.spread), alpha, the mean acceptance length, the K chosen (a histogram) and
 the host lookup's share of the round time.
 """
 
@@ -19,36 +19,13 @@ from collections import Counter
 from dataclasses import fields
 from itertools import zip_longest
 
+from benchmarks.spread import format_spread, spread
 from minispec.adaptive import AdaptiveConfig
-from minispec.commands.corpus import load_corpus
-from minispec.commands.spread import format_spread, spread
+from minispec.commands.prompts import edit_prompts
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats
 from model import tokenizer
-from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
-
-
-def edit_prompts(count: int, max_length: int) -> list[str]:
-    """Held-out functions, each followed by a blank line and its own first line again: the
-    model is asked to write the function once more. Functions of 3+ lines whose prompt (BOS
-    included) is at most max_length tokens."""
-    ids = load_corpus().held_out.tolist()
-    text = bytes(t for t in ids if t not in (BOS_TOKEN_ID, EOS_TOKEN_ID)).decode("utf-8", "replace")
-    prompts, at = [], 0
-    while len(prompts) < count:
-        at = text.find("\ndef ", at + 1)
-        if at < 0:
-            break
-        end = min(
-            (e for e in (text.find("\ndef ", at + 1), text.find("\nclass ", at + 1)) if e > 0),
-            default=len(text),
-        )
-        function = text[at + 1 : end].rstrip()
-        prompt = function + "\n\n" + function.split("\n")[0] + "\n"
-        if function.count("\n") >= 2 and len(tokenizer.encode(prompt)) <= max_length:
-            prompts.append(prompt)
-    return prompts
 
 
 def summed(parts: list[DecodeStats], num_speculative_tokens: int | str) -> DecodeStats:

@@ -1,6 +1,6 @@
 """The rejection sampler against itself uncompiled, the plain reference and the hardware floor.
 
-    python -m minispec bench-sampler [--out results] [--device cpu] [--repeats 7]
+    python -m minispec bench-sampler [--out results] [--device cpu] [--repeats 7]   # flags.py
 
 For each size (B, K, V) and draft kind (one-hot, probabilistic, and probabilistic verified
 with method="block") it times, warm, as the median of --repeats calls (the
@@ -26,7 +26,6 @@ from typing import Callable
 
 import torch
 
-from minispec.commands.args import OneLineParser, comma_list, device_name, integer, thread_count
 from sampling import reference, rejection_sample
 
 SIZES = [(1, 4, 256), (1, 4, 32000), (64, 4, 32000), (64, 4, 128256)]
@@ -205,25 +204,9 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(
-        prog="minispec bench-sampler",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", default="results", help="folder for sampler.json/.md")
-    parser.add_argument(
-        "--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu"
-    )
-    parser.add_argument("--repeats", type=integer(1), default=11)
-    parser.add_argument(
-        "--threads",
-        type=comma_list(thread_count),
-        default=str(torch.get_num_threads()),
-        help="comma list of CPU thread counts to run the table with, e.g. 2,1: "
-        "one thread is the steady figure on a machine other jobs share",
-    )
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """The table at each thread count (args: benchmarks.flags.sampler_parser's, resolved by
+    benchmarks.cli.bench_sampler)."""
     device = torch.device(args.device)
     report = dict(machine=machine(device), repeats=args.repeats, runs=[])
     for threads in [int(t) for t in args.threads.split(",")]:
@@ -249,7 +232,3 @@ def main(argv: list[str] | None = None) -> int:
     (out / "sampler.md").write_text(render_markdown(report))
     print(f"wrote {out / 'sampler.md'} and {out / 'sampler.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

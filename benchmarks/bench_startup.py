@@ -1,7 +1,7 @@
 """Start-up: how soon `minispec decode` prints, finishes, and runs at full speed, on a fresh
 package cache and a warm one, for the default settings and then a first `--temperature 0`.
 
-    python -m minispec.commands.bench_startup [--out results/startup.md]
+    python -m benchmarks.bench_startup [--out results/startup.md]
 
 Each decode is a process of its own, as a user runs it (`make decode`: 200 tokens), with
 TORCHINDUCTOR_CACHE_DIR a new temporary folder. In order, in that one folder:
@@ -118,7 +118,7 @@ def render(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m minispec.commands.bench_startup", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.bench_startup", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=None, help="also write the table (markdown) here")

@@ -1,7 +1,7 @@
 """`make bench` part 7: vLLM beside minispec, on the same pair, prompts and machine.
 
 vLLM runs in its own virtual environment (`make vllm-check` builds .venv-vllm), so each vLLM
-mode is one engine in a child process (minispec.commands.vllm_peer), started once; its start-up
+mode is one engine in a child process (benchmarks.vllm_peer), started once; its start-up
 is reported apart. At each batch size B and temperature T, the settings run in rotation, the
 order shifted by one each rotation: vLLM target-only, vLLM with the exported draft
 (`draft_model`, K = 4), and minispec K = 0 and K = "auto" at the bench's thread count (1 by
@@ -39,11 +39,11 @@ from pathlib import Path
 
 import torch
 
-from minispec.commands import bench_proposers
-from minispec.commands.bench_sampler import machine
-from minispec.commands.spread import format_spread, spread
-from minispec.commands.vllm_check import sample_nll, sampling_verdict, strip_eos
-from minispec.commands.vllm_peer import ROOT, VLLMEngine
+from benchmarks import bench_proposers
+from benchmarks.bench_sampler import machine
+from benchmarks.spread import format_spread, spread
+from benchmarks.vllm_check import sample_nll, sampling_verdict, strip_eos
+from benchmarks.vllm_peer import ROOT, VLLMEngine
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.threads import torch_threads, usable_cores
@@ -52,7 +52,6 @@ from model.hf import export_folder
 
 VLLM_K = 4
 BATCH_SIZES = (16, 1)
-DEFAULT_PYTHON = ".venv-vllm/bin/python"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """`make vllm-check`: the exported pair in vLLM, checked against minispec on held-out prompts.
 
-    python -m minispec.commands.vllm_check [--prompts 9] [--max-new-tokens 128] [--samples 4]
+    python -m benchmarks.vllm_check [--prompts 9] [--max-new-tokens 128] [--samples 4]
         [--k 4] [--dtype float32] [--vllm-python PYTHON] [--out results/vllm/check.md]
 
 Runs with any Python that has vLLM (its CPU or CUDA build) and minispec's dependencies; each
-vLLM mode runs in its own child process (minispec.commands.vllm_peer), one engine at a time.
+vLLM mode runs in its own child process (benchmarks.vllm_peer), one engine at a time.
 
 1. Exports the pair (`python -m minispec export`) to a temporary folder.
 2. T = 0: the token ids of vLLM target-only, vLLM with the exported draft (`draft_model`,
@@ -36,8 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.vllm_peer import MODES, ROOT, VLLMEngine
 from minispec.commands.args import OneLineParser, integer
-from minispec.commands.vllm_peer import MODES, ROOT, VLLMEngine
 
 # A T = 1 mean differs from the reference's when the difference exceeds this many standard
 # errors: two-sided, a false alarm about once in 16,000 under the normal approximation.
@@ -152,7 +152,7 @@ def check_table(rows: dict[str, dict], reference_key: str) -> tuple[list[str], d
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(
-        prog="python -m minispec.commands.vllm_check",
+        prog="python -m benchmarks.vllm_check",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from minispec.api import load_decoder
-    from minispec.commands.bench import held_out_prompts
+    from minispec.commands.prompts import held_out_prompts
     from model import tokenizer
     from model.tokenizer import EOS_TOKEN_ID
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(
         [
             "# The exported pair in vLLM, checked against minispec\n",
-            f"`{command}` (`python -m minispec.commands.vllm_check`). vLLM {probe['vllm']}, "
+            f"`{command}` (`python -m benchmarks.vllm_check`). vLLM {probe['vllm']}, "
             f"torch {probe['torch']}, {probe['device']}, dtype {args.dtype}, max_model_len 512. "
             f"{len(prompts)} held-out prompts (300 bytes), {args.max_new_tokens} new tokens; "
             f"T = 1: {args.samples} seeded samples of each prompt per engine, scored by "

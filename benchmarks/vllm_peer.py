@@ -3,7 +3,7 @@
 vLLM lives in its own virtual environment (its CPU build pins torch and pulls packages minispec
 does not want), so minispec talks to it through a child process running this module:
 
-    VLLM_PYTHON -m minispec.commands.vllm_peer --folder EXPORT_DIR --mode plain|draft_model|ngram
+    VLLM_PYTHON -m benchmarks.vllm_peer --folder EXPORT_DIR --mode plain|draft_model|ngram
 
 The child builds one `vllm.LLM` (timed: the engine's start-up), then reads one JSON job per line
 on stdin and writes each answer to the file the job names, then prints `DONE_MARK` and the job's
@@ -33,7 +33,7 @@ DONE_MARK = "minispec-vllm-done"
 # draft_model drafts greedily (vLLM's default draft_sample_method: one-hot draft probabilities);
 # draft_model_probabilistic samples its drafts and passes their probabilities.
 MODES = ("plain", "draft_model", "draft_model_probabilistic", "ngram")
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository: benchmarks/ sits in it
 
 
 def speculative_config(mode: str, folder: Path, k: int) -> dict | None:
@@ -174,7 +174,7 @@ class VLLMEngine:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         start = time.perf_counter()
         self.proc = subprocess.Popen(
-            [python, "-m", "minispec.commands.vllm_peer", "--folder", str(folder)]
+            [python, "-m", "benchmarks.vllm_peer", "--folder", str(folder)]
             + ["--mode", mode, "--k", str(k), "--dtype", dtype, "--ready-file"]
             + [str(self.dir / "ready.json")]
             + ([] if prefix_caching else ["--no-prefix-caching"]),

@@ -191,7 +191,7 @@ def test_bench_peer_section_is_a_note_without_transformers(
 ) -> None:
     from types import SimpleNamespace
 
-    from minispec.commands.bench import peer_section
+    from benchmarks.bench import peer_section
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
     args = SimpleNamespace(device="cpu", max_new_tokens=2, threads=1, repeats=1)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401 (one_thread: a fixture)
 
-from minispec.commands import bench_proposers
-from minispec.commands.bench_proposers import auto_over_held_out_best, batch_table, summed
+from benchmarks import bench_proposers
+from benchmarks.bench_proposers import auto_over_held_out_best, batch_table, summed
 from minispec.decode import SpeculativeDecoder
 from minispec.stats import DecodeStats
 from model.tokenizer import VOCAB_SIZE
@@ -96,7 +96,8 @@ def test_a_run_of_parts_with_reports_of_their_own_leaves_bench_md_alone(
     end-to-end and batch tables in bench.md and bench.json, from an earlier run, stay."""
     import torch
 
-    from minispec.commands import bench
+    from benchmarks import bench
+    from benchmarks.cli import bench as bench_command
 
     monkeypatch.setattr(bench, "load_decoder", lambda **kwargs: None)
     monkeypatch.setattr(bench, "held_out_prompts", lambda n: ["a held-out prompt"])
@@ -106,7 +107,7 @@ def test_a_run_of_parts_with_reports_of_their_own_leaves_bench_md_alone(
     skip = ",".join(part for part in bench.PARTS if part != "vllm")
     threads = torch.get_num_threads()  # the bench sets its own; the next test gets this back
     try:
-        assert bench.main(["--skip", skip, "--out", str(tmp_path)]) == 0
+        assert bench_command(["--skip", skip, "--out", str(tmp_path)]) == 0
     finally:
         torch.set_num_threads(threads)
     assert ran == [1]

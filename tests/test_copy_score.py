@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from minispec.commands import copy_score
+from minispec.commands import copy_measures as copy_score
 from minispec.commands.train import get_batch
 from model import tokenizer
 from model.tokenizer import VOCAB_SIZE

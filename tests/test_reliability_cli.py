@@ -69,6 +69,7 @@ BAD_ARGUMENTS = [
     (["decode", "--top-p", "inf"], "--top-p"),
     (["decode", "--device", "abacus"], "--device"),
     (["decode", "--json", "--bogus"], "--bogus"),
+    (["decode", "-k", "automatic"], "expected auto or an integer"),
     (["train", "--steps", "x"], "--steps"),
     (["train", "--steps", "0"], "--steps"),
     (["train", "--batch-size", HUGE], "--batch-size"),
@@ -89,6 +90,7 @@ BAD_ARGUMENTS = [
     (["bench", "--skip", "everything"], "--skip"),
     (["bench", "--threads", HUGE], "--threads"),
     (["bench", "--device", "cuda:7"], "--device"),
+    (["bench", "--proposers", "oracle"], "--proposers"),
     (["bench-sampler", "--threads", "2,zero"], "--threads"),
     (["bench-sampler", "--repeats", "-1"], "--repeats"),
     (["bench-sampler", "--device", "foo"], "--device"),
@@ -359,3 +361,112 @@ def test_a_full_disk_is_one_line(processes: dict) -> None:
 def test_a_closed_stdout_is_one_line(processes: dict) -> None:
     code, err = processes["closed stdout"]
     assert_one_error_line(code, err, "stdout is closed")
+
+
+# ---- argument errors before torch; files that a command writes again ------------------------
+
+# Each is an argument error; the wrapper reports whether torch was imported when it was printed.
+BEFORE_TORCH = [
+    ["decode", "--bogus"],
+    ["decode", "--device", "cuda", "--bogus"],  # a --device given still waits for the others
+    ["decode", "-k", "AUTO", "--bogus"],
+    ["bench", "--bogus"],
+    ["bench-sampler", "--repeats", "0"],
+    ["copy-score", "--rows", "0"],
+    ["export"],
+    ["build-index", "--bogus"],
+    ["kernels", "--bogus"],
+    ["samples", "--n", "0"],
+    ["verify", "--draws", "0"],
+    pytest.param(
+        ["train", "--bogus"],
+        marks=pytest.mark.xfail(
+            strict=True, reason="train.py imports torch before it builds its parser"
+        ),
+    ),
+]
+REPORT_TORCH = (
+    "import sys\n"
+    "from minispec.commands.cli import main\n"
+    "try:\n"
+    "    code = main(sys.argv[1:])\n"
+    "except SystemExit as exc:\n"
+    "    code = exc.code\n"
+    "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n"
+    "raise SystemExit(code)\n"
+)
+
+
+@pytest.mark.parametrize("argv", BEFORE_TORCH, ids=lambda a: " ".join(a))
+def test_an_argument_error_comes_before_torch_is_imported(argv: list[str]) -> None:
+    """A bad flag is one line at once, not after torch's second of start-up (not timed here:
+    whether torch is in sys.modules when the line is printed says it)."""
+    child = subprocess.run(
+        [sys.executable, "-c", REPORT_TORCH, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    error, verdict = child.stderr.splitlines()[:-1], child.stderr.splitlines()[-1]
+    assert_one_error_line(child.returncode, "\n".join(error) + "\n")
+    assert verdict == "torch imported: False", child.stderr
+
+
+def test_k_takes_auto_in_any_case() -> None:
+    from minispec.commands.cli import decode_parser
+
+    assert decode_parser().parse_args(["-k", "AUTO"]).num_speculative_tokens == "auto"
+    assert decode_parser().parse_args(["-k", "3"]).num_speculative_tokens == 3
+
+
+@pytest.fixture
+def tiny_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index builds read a few hundred bytes instead of the standard library."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from minispec.commands import build_index
+
+    text = torch.tensor(list(b"def f(x):\n    return x + 1\n\n" * 20))
+    monkeypatch.setattr(build_index, "load_corpus", lambda: SimpleNamespace(train=text))
+
+
+def test_build_index_replaces_an_index_already_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture, tiny_corpus: None
+) -> None:
+    from minispec.proposers.suffix import SuffixIndex
+
+    out = tmp_path / "index.npz"
+    out.write_bytes(b"an earlier index")
+    assert main(["build-index", "--out", str(out)]) == 0
+    assert len(SuffixIndex.load(out).corpus) > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["index.npz"]  # no temporary file left
+    assert str(out) in capsys.readouterr().out
+
+
+def test_copy_score_json_may_name_its_earlier_result(tmp_path: Path) -> None:
+    """--json (and build-index's --out) is written by a rename: a file already there is fine."""
+    from minispec.commands.args import path_problem
+
+    earlier = tmp_path / "scores.json"
+    earlier.write_text("[]")
+    assert path_problem(str(earlier), folder=False) is None
+    blocked = path_problem(str(earlier / "x.json"), folder=False)
+    assert blocked == f"{earlier} is a file, not a folder"
+
+
+def test_an_unwritable_index_cache_names_the_path_and_the_way_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture, tiny_corpus: None
+) -> None:
+    """A cache folder that cannot be made (here: a file is in the way, which holds even for
+    root, who may write anywhere) is one line naming the cache file and XDG_CACHE_HOME."""
+    from minispec.commands.build_index import cached_index
+
+    (tmp_path / "blocked").write_text("a file where the cache folder would be")
+    path = tmp_path / "blocked" / "index.npz"
+    with pytest.raises(OSError) as info:
+        cached_index(path)
+    message = str(info.value)
+    assert str(path) in message and "XDG_CACHE_HOME" in message and "\n" not in message

@@ -1,4 +1,4 @@
-"""The benchmarks' interval for a median (minispec.commands.spread): the right order
+"""The benchmarks' interval for a median (benchmarks.spread): the right order
 statistics, and the coverage it claims, checked by simulation."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from minispec.commands.spread import format_spread, median_interval, spread
+from benchmarks.spread import format_spread, median_interval, spread
 
 
 def test_eleven_values_give_the_second_and_tenth() -> None:

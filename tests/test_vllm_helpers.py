@@ -7,15 +7,15 @@ import random
 import pytest
 import torch
 
-from minispec.commands import bench_vllm
-from minispec.commands.vllm_check import (
+from benchmarks import bench_vllm
+from benchmarks.vllm_check import (
     Z_LIMIT,
     compare_ids,
     sample_nll,
     sampling_verdict,
     strip_eos,
 )
-from minispec.commands.vllm_peer import speculative_config
+from benchmarks.vllm_peer import speculative_config
 from model.config import GPTConfig
 from model.gpt import GPT
 
@@ -255,7 +255,7 @@ def test_minispec_runs_its_rounds_on_the_settings_thread_count(monkeypatch):
 def test_the_check_writes_its_table_and_fails_on_a_greedy_difference(tmp_path, monkeypatch):
     """main() end to end with the engines stubbed: one table row per engine, the per-sample
     scores beside it, exit 0 when every greedy run equals minispec K = 0, 1 when one differs."""
-    from minispec.commands import vllm_check
+    from benchmarks import vllm_check
 
     def fake_minispec(decoder, prompts, sampled, max_new, k):
         run = {

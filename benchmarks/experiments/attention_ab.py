@@ -6,7 +6,7 @@ draft at T = 1, B = 1 and 16, the cache read up to S = 384 (position 340, a 300-
 partway through 128 new tokens). Prints the median ms of "sdpa" and the median (min-max) of the
 per-pair ratio sums / sdpa, and the largest logit difference between the two.
 
-    .venv/bin/python results/vllm/attention_ab.py [--threads 1] [--pairs 40]
+    python -m benchmarks.experiments.attention_ab [--threads 1] [--pairs 40]
 """
 
 import argparse

@@ -5,16 +5,16 @@ call. The calls alternate (K = 0 first in even rotations, auto first in odd ones
 process, as `make bench` part 7 runs them; what it shows is whether a slow auto call chose
 badly or ran slowly at every width.
 
-    .venv/bin/python results/vllm/auto_rounds.py [--batch 16] [--threads 2] [--temperature 1]
+    python -m benchmarks.experiments.auto_rounds [--batch 16] [--threads 2] [--temperature 1]
 """
 
 import argparse
 import statistics
 
 import minispec.adaptive
+from benchmarks.bench_proposers import warm_up
 from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
-from minispec.commands.bench import held_out_prompts
-from minispec.commands.bench_proposers import warm_up
+from minispec.commands.prompts import held_out_prompts
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.threads import torch_threads

@@ -5,7 +5,7 @@ et al. at the call's acceptance rate alpha, (1 - alpha^(K+1)) / (1 - alpha): the
 run until its slowest row is done. CPU seconds of this process (one thread), so that other work on a
 shared machine distorts the figures less than wall time would.
 
-    .venv/bin/python results/vllm/batch_accounting.py [--batch 16] [--ks 0,2,4] [--repeats 2]
+    python -m benchmarks.experiments.batch_accounting [--batch 16] [--ks 0,2,4] [--repeats 2]
 """
 
 import argparse
@@ -15,7 +15,7 @@ import time
 import torch
 
 from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
-from minispec.commands.bench import held_out_prompts
+from minispec.commands.prompts import held_out_prompts
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from model import tokenizer

@@ -4,7 +4,7 @@ products' float32 GFLOP/s beside a single matrix product of the same shape class
 widest, [B * width, d_model] x [d_model, 3 d_model]), and the prefill's time by operator
 (torch.profiler). Interleaved, wall seconds, median with min and max.
 
-    .venv/bin/python results/vllm/prefill_rate.py [--batch 16] [--width 300] [--repeats 7]
+    python -m benchmarks.experiments.prefill_rate [--batch 16] [--width 300] [--repeats 7]
 """
 
 import argparse

@@ -4,7 +4,7 @@ milliseconds with min and max. `SpeculativeDecoder.prefill` runs on every core
 (minispec/threads.py); this measures what that buys, and on a shared machine what it costs when
 another process holds a core.
 
-    .venv/bin/python results/vllm/prefill_threads.py [--width 320] [--repeats 7]
+    python -m benchmarks.experiments.prefill_threads [--width 320] [--repeats 7]
 """
 
 import argparse

@@ -6,7 +6,7 @@ whole 512-slot cache against only the live slots, and the prefill of the batch's
 Timed in CPU seconds of this process (time.process_time, one thread), interleaved, so that other
 work on a shared machine distorts the figures less than wall time would.
 
-    .venv/bin/python results/vllm/profile_batch.py [--batch 16] [--position 360] [--repeats 9]
+    python -m benchmarks.experiments.profile_batch [--batch 16] [--position 360] [--repeats 9]
 """
 
 import argparse

@@ -6,7 +6,7 @@ process, one thread), interleaved live / full, min / median / max over the repea
 through the same graph. Run from a checkout without key_positions (PYTHONPATH=that checkout),
 the script times that checkout's static graphs instead ("static").
 
-    .venv/bin/python results/vllm/round_live.py [--batch 16] [--ks 0,4] [--repeats 3]
+    python -m benchmarks.experiments.round_live [--batch 16] [--ks 0,4] [--repeats 3]
 """
 
 import argparse
@@ -17,7 +17,7 @@ import torch
 
 import minispec.decode
 from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
-from minispec.commands.bench import held_out_prompts
+from minispec.commands.prompts import held_out_prompts
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from model import tokenizer

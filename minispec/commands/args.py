@@ -6,6 +6,10 @@ represented (an int past torch's int64, a thread count no machine has) or makes 
 a negative draw count) is reported against the flag, not as an overflow deep inside torch.
 Ranges that the library itself checks (K, top-k, top-p, ...) are left to the library, so that
 each rule lives in one place.
+
+Nothing here imports torch, and a command imports it only after parsing: a bad flag is one line
+at once, not after a second of start-up. The one check that needs torch (is this device here?)
+is `check_device`, which a command calls after parse_args, so that it comes after every other.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -116,13 +121,24 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
     return comma_list(check)
 
 
+DEVICE = re.compile(r"[a-z][a-z0-9_]*(:\d+)?")  # the shape of torch's names: cuda, cuda:1, ...
+
+
 def device_name(text: str) -> str:
-    """An argparse type: a device name that torch knows and this machine has."""
+    """An argparse type: text shaped like a device name (`cpu`, `cuda:1`). Whether torch knows
+    it and this machine has it is `check_device`'s question, asked after parsing."""
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a device such as cpu or cuda:0, got {text!r}")
+    return text
+
+
+def check_device(parser: argparse.ArgumentParser, device: str, flag: str = "--device") -> None:
+    """Report `device` against its flag, in one line, unless torch knows it and this machine has
+    it. It imports torch: call it after parse_args, once every other flag has passed."""
     from minispec.devices import device_problem  # deferred: it imports torch
 
-    if (problem := device_problem(text)) is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
+    if (problem := device_problem(device)) is not None:
+        parser.error(f"argument {flag}: {problem}")
 
 
 def path_problem(text: str, folder: bool) -> str | None:
@@ -134,7 +150,10 @@ def path_problem(text: str, folder: bool) -> str | None:
     path = Path(text)
     if path.exists() and folder != path.is_dir():
         return f"{path} is {'a file, not a folder' if folder else 'a folder, not a file'}"
-    existing = next(p for p in (path, *path.parents) if p.exists() or p == Path(p.anchor))
+    # The nearest folder that exists: a file is written into its parent (a file already there is
+    # replaced, by a rename), a folder is made in it or is that folder itself.
+    start = (path,) if folder else ()
+    existing = next(p for p in (*start, *path.parents) if p.exists() or p == Path(p.anchor))
     if not existing.is_dir():
         return f"{existing} is a file, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):

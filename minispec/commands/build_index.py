@@ -5,8 +5,9 @@ too large to ship beside the checkpoints, so it is built on first use (about 10 
 into a cache directory, one file per Python version, since the corpus is that interpreter's
 standard library. A cached index that does not load (cut short by a full disk, overwritten) is
 built again, with one line saying so. `--out` is checked before the corpus is read, and the
-file is written atomically: a build killed half-way leaves no index, and its temporary file is
-removed by the next write to the same folder.
+file is written atomically (a temporary file, then a rename): a build killed half-way leaves no
+index, its temporary file is removed by the next write to the same folder, and an index already
+there is replaced whole.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 
 from minispec.commands.args import OneLineParser, writable_file
 from minispec.commands.corpus import load_corpus
-from minispec.proposers.suffix import SuffixIndex
 
 
 def default_path() -> Path:
@@ -26,16 +26,25 @@ def default_path() -> Path:
     return cache / f"suffix-index-py{sys.version_info.major}.{sys.version_info.minor}.npz"
 
 
-def cached_index(path: Path | None = None) -> SuffixIndex:
-    """Load the index, building and saving it first if it is not there or does not load."""
+def cached_index(path: Path | None = None):
+    """Load the index (a SuffixIndex), building and saving it first if it is not there or does
+    not load."""
+    from minispec.proposers.suffix import SuffixIndex  # deferred: it imports torch
+
     path = path or default_path()
     if path.exists():
         try:
             return SuffixIndex.load(path)
         except ValueError as exc:
             print(f"rebuilding the suffix index: {exc}", file=sys.stderr, flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    SuffixIndex.build(load_corpus().train.numpy()).save(path)
+    index = SuffixIndex.build(load_corpus().train.numpy())
+    try:
+        index.save(path)
+    except OSError as exc:  # "Permission denied" alone says neither where nor what to do
+        raise OSError(
+            f"cannot write the suffix index cache {path}: {exc.strerror or exc}; set "
+            "XDG_CACHE_HOME to a folder you can write, or make this one writable"
+        ) from None
     return SuffixIndex.load(path)
 
 
@@ -48,13 +57,14 @@ def main(argv: list[str]) -> int:
         help="where to write the index (default: the cache that decode --proposer suffix reads)",
     )
     out = Path(parser.parse_args(argv).out)
+    from minispec.proposers.suffix import SuffixIndex  # deferred: it imports torch
+
     start = time.perf_counter()
     corpus = load_corpus().train.numpy()
     loaded = time.perf_counter()
     index = SuffixIndex.build(corpus)
     built = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    index.save(out)
+    index.save(out)  # atomically: an index already at `out` is replaced whole
     print(
         f"{len(corpus):,} tokens: corpus read in {loaded - start:.1f} s, index built in "
         f"{built - loaded:.1f} s, {out.stat().st_size / 1e6:.1f} MB on disk at {out}"
@@ -63,6 +73,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # the module run directly goes through the same front door
-    from minispec.commands.cli import main as front_door
+    from minispec.commands.front_door import run
 
-    raise SystemExit(front_door(["build-index", *sys.argv[1:]]))
+    raise SystemExit(run(main))

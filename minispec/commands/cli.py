@@ -11,12 +11,11 @@
     build-index   the suffix index that --proposer suffix reads (else built on first use)
     samples       how often the default decode output parses as Python
 
-Every command runs through `main`, which turns each expected failure into one line: bad input
-(a flag, a prompt, a checkpoint, a folder) is one line on stderr and exit code 2; Ctrl-C at any
-moment, even while torch is still importing, is exit code 130; a reader that goes away early
-(`| head`) ends the run quietly with 141, as SIGPIPE would; a command started with stdout
-closed (`>&-`) is one line and exit code 2 before it runs, since its output could go nowhere.
-A traceback means a bug.
+Every command runs behind the front door (front_door.py): each expected failure is one line
+and exit code 2, Ctrl-C is 130, a closed pipe 141. A bad flag is reported before torch is
+imported (a second of start-up): each command parses its arguments first and imports torch
+after. `bench` and `bench-sampler` are the benchmarks (benchmarks/, beside this package in the
+repository, not installed with it), imported only when asked for.
 """
 
 from __future__ import annotations
@@ -25,23 +24,22 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
-import warnings
 from importlib import import_module
 from typing import Callable
 
 from minispec.commands.args import (
     THREADS_HELP,
     OneLineParser,
+    check_device,
     device_name,
     fail,
     integer,
     real,
     thread_count,
 )
+from minispec.commands.front_door import run
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE, TARGET
 from model import tokenizer as byte_tokenizer
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
@@ -51,12 +49,18 @@ START = time.perf_counter()  # for time-to-first-token, measured from interprete
 DEFAULT_PROMPT = "import os\n\n\ndef "
 COLOURS = {ACCEPTED: "\033[32m", CORRECTIVE: "\033[33m", BONUS: "\033[36m", TARGET: ""}
 RESET = "\033[0m"
-EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE: what a shell shows
 
 
 def speculative_tokens(text: str) -> int | str:
-    """-k: "auto" or an int >= 0."""
-    return text if text == "auto" else integer(0)(text)
+    """-k: "auto" (in any case: AUTO means nothing else) or an int >= 0."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        int(text)
+    except ValueError:
+        message = f"expected auto or an integer >= 0, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    return integer(0)(text)
 
 
 def decode_parser() -> argparse.ArgumentParser:
@@ -200,7 +204,9 @@ def json_safe(value):
 
 
 def run_decode(argv: list[str]) -> int:
-    args = decode_parser().parse_args(argv)
+    parser = decode_parser()
+    args = parser.parse_args(argv)
+    check_device(parser, args.device)  # the one check that needs torch: after every other one
     import torch  # deferred: --help and argument errors stay instant
 
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET, generate, load_decoder
@@ -277,17 +283,19 @@ def run_decode(argv: list[str]) -> int:
     return 0
 
 
-# Each command but decode lives in its own module, imported on demand so `--help` stays instant.
+# Each command but decode lives in its own module (module:function), imported on demand so that
+# `--help` stays instant. By name, not by import: the table sits above every command, and the
+# benchmarks are not part of the installed package.
 COMMANDS = {
-    "train": "minispec.commands.train",
-    "bench": "minispec.commands.bench",
-    "bench-sampler": "minispec.commands.bench_sampler",
-    "copy-score": "minispec.commands.copy_score",
-    "export": "minispec.commands.export",
-    "build-index": "minispec.commands.build_index",
-    "kernels": "minispec.commands.kernels",
-    "samples": "minispec.commands.samples",
-    "verify": "minispec.commands.verify",
+    "train": "minispec.commands.train:main",
+    "bench": "benchmarks.cli:bench",
+    "bench-sampler": "benchmarks.cli:bench_sampler",
+    "copy-score": "minispec.commands.copy_score:main",
+    "export": "minispec.commands.export:main",
+    "build-index": "minispec.commands.build_index:main",
+    "kernels": "minispec.commands.kernels:main",
+    "samples": "minispec.commands.samples:main",
+    "verify": "minispec.commands.verify:main",
 }
 
 
@@ -296,110 +304,31 @@ def command(name: str) -> Callable[[list[str]], int]:
     if name == "decode":
         return run_decode
     if name in COMMANDS:
-        return import_module(COMMANDS[name]).main
+        module, function = COMMANDS[name].split(":")
+        if module.startswith("benchmarks.") and not benchmarks_present():
+            return lambda _: fail(
+                f"{name} is one of the benchmarks, which live in the repository, not in the "
+                "installed package: run it from a checkout's root (make bench)"
+            )
+        return getattr(import_module(module), function)
     if name in ("-h", "--help", "help"):
         return lambda _: print(__doc__) or 0
     return lambda _: fail(f"unknown command {name!r}; try: python -m minispec --help")
 
 
-def importing(name: str) -> bool:
-    """Whether module `name` is being imported at this moment (importlib marks its spec)."""
-    return bool(getattr(getattr(sys.modules.get(name), "__spec__", None), "_initializing", False))
+def benchmarks_present() -> bool:
+    """Whether the repository's benchmarks/ package can be imported from here."""
+    from importlib.util import find_spec
+
+    return find_spec("benchmarks") is not None
 
 
-class CtrlC:
-    """Ctrl-C raises KeyboardInterrupt as usual, and is also remembered: a library that catches
-    the interrupt and raises something else instead (an import machinery error, a worker pool's
-    failure) must still end as an interrupt, not as a traceback. A second Ctrl-C is ignored, so
-    that it cannot break into the clean-up of the first (an atomic save, the exit itself).
-
-    While torch itself is being imported, an exception cannot be raised safely: its C++ start-up
-    may abort the process with a C++ stack trace, or CPython records the interrupt as unhandled
-    and kills the process with SIGINT at exit. Measured here with Ctrl-C at random moments of
-    the first 3 s: 3 of 16 and 2 of 16 runs ended that way (and one abort), 0 of 20 once the
-    process ends on the spot instead, which is safe: nothing has been written yet.
-    """
-
-    pressed = False
-
-    @staticmethod
-    def handler(signum: int, frame: object) -> None:
-        CtrlC.pressed = True
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if importing("torch"):
-            os._exit(EXIT_INTERRUPTED)
-        raise KeyboardInterrupt
-
-
-def unwritable_stdout() -> OSError | None:
-    """Flush stdout; when that fails (the reader closed the pipe, the disk is full), point the
-    file descriptor at /dev/null so the interpreter's own flush at exit cannot fail again with a
-    traceback (the recipe in Python's `signal` documentation), and return the error."""
-    try:
-        sys.stdout.flush()
-        return None
-    except OSError as exc:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return exc
-
-
-def one_line(exc: BaseException) -> str:
-    if isinstance(exc, MemoryError):
-        return f"out of memory {exc}".strip()
-    if isinstance(exc, OSError) and exc.strerror:  # "[Errno 28] ..." says nothing more to a user
-        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
-    return str(exc) or type(exc).__name__
-
-
-def front_door(argv: list[str]) -> int:
-    closed = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
-    for name in closed:  # started with the stream closed (`>&-`): write nowhere
-        setattr(sys, name, open(os.devnull, "w"))
-    if "stdout" in closed:  # the output would be lost: say so (on stderr, if it is open)
-        return fail("stdout is closed: the output would be lost; redirect it to a file instead")
-    problem: BaseException | None = None
-    try:
-        name, rest = (argv[0], argv[1:]) if argv else ("--help", [])
-        code = command(name)(rest)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except SystemExit:
-        raise  # argparse's verdict (--help, or a bad flag already reported in one line)
-    except BaseException as exc:
-        if CtrlC.pressed:  # whatever the interrupt turned into on its way up
-            return EXIT_INTERRUPTED
-        if not isinstance(exc, (ValueError, OSError, MemoryError)):  # CheckpointError: ValueError
-            raise  # a bug: the traceback is what a report needs
-        code, problem = 2, exc
-    unwritable = unwritable_stdout()
-    if isinstance(problem, BrokenPipeError) or isinstance(unwritable, BrokenPipeError):
-        return EXIT_BROKEN_PIPE  # the reader has gone (`| head`): no one is left to tell
-    if unwritable is not None and (problem is None or isinstance(problem, OSError)):
-        problem = OSError(f"cannot write the output: {one_line(unwritable)}")
-    return fail(one_line(problem)) if problem is not None else code
-
-
-def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+def dispatch(argv: list[str]) -> int:
+    """`minispec NAME ARGS...`: run command NAME on ARGS (no name: the help)."""
+    name, rest = (argv[0], argv[1:]) if argv else ("--help", [])
+    return command(name)(rest)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command (argv defaults to the process's arguments) behind the front door."""
-    program = argv is None  # this process is the command, not a Python caller
-    owns_signals = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, CtrlC.handler) if owns_signals else None
-    CtrlC.pressed = False
-    shown = warnings.showwarning
-    warnings.showwarning = one_line_warning
-    try:
-        return front_door(list(sys.argv[1:] if program else argv))
-    except KeyboardInterrupt:  # in the few lines of front_door outside its own `try`
-        return EXIT_INTERRUPTED
-    finally:
-        warnings.showwarning = shown
-        if owns_signals:
-            # The program is done: a late Ctrl-C must not interrupt the interpreter's exit.
-            restore = signal.default_int_handler if previous is None else previous  # None: set in C
-            signal.signal(signal.SIGINT, signal.SIG_IGN if program else restore)
+    return run(dispatch, argv)

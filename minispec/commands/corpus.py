@@ -12,12 +12,14 @@ import hashlib
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 
 EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+if TYPE_CHECKING:  # torch is imported where the tensors are made: the commands parse first
+    import torch
+
 HELD_OUT_EVERY = 50  # every 50th file (by a hash of its path) is held out: about 2% of the data
 
 
@@ -41,6 +43,8 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
 
 
 def load_corpus(root: Path | None = None) -> Corpus:
+    import torch  # deferred: importing this module stays light
+
     root = Path(root or sysconfig.get_paths()["stdlib"])
     digest = hashlib.sha256()
     train, held_out = [], []

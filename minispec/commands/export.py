@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from minispec.commands.args import OneLineParser, writable_folder
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("bfloat16", "float16", "float32")  # torch's names: torch is imported after parsing
 
 
 def main(argv: list[str]) -> int:
@@ -30,10 +28,12 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--dtype",
         default="float32",
-        choices=sorted(DTYPES),
+        choices=DTYPES,
         help="weights' dtype in model.safetensors (default float32)",
     )
     args = p.parse_args(argv)
+    import torch  # deferred, as every import below: a bad flag is reported at once
+
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
     from model.checkpoint import load_pair
     from model.folders import check_replaceable
@@ -44,6 +44,6 @@ def main(argv: list[str]) -> int:
         check_replaceable(out / role)
     models = load_pair(args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT)
     for role, model in zip(("target", "draft"), models):
-        export_folder(model, out / role, DTYPES[args.dtype])
+        export_folder(model, out / role, getattr(torch, args.dtype))
         print(f"{role}: {out / role}")
     return 0

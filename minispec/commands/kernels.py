@@ -12,11 +12,7 @@ import argparse
 import re
 from pathlib import Path
 
-import torch
-from torch._inductor.utils import run_and_get_code
-
-from minispec.commands.args import OneLineParser, device_name, writable_folder
-from sampling import rejection_sample
+from minispec.commands.args import OneLineParser, check_device, device_name, writable_folder
 
 KERNEL_NAME = re.compile(r"^(triton_\w+|cpp_fused_\w+) = async_compile", re.MULTILINE)
 
@@ -25,6 +21,11 @@ def sampler_source(
     device: str, batch_size: int = 64, k: int = 4, vocab_size: int = 32000, one_hot: bool = False
 ) -> tuple[str, list[str]]:
     """Compile the sampler afresh for these shapes; return the generated source and kernel names."""
+    import torch  # deferred, as in main: a bad flag is reported before torch loads
+    from torch._inductor.utils import run_and_get_code
+
+    from sampling import rejection_sample
+
     g = torch.Generator(device=device).manual_seed(0)
     target_logits = torch.randn(batch_size, k + 1, vocab_size, device=device, generator=g)
     draft_ids = torch.randint(vocab_size, (batch_size, k), device=device, generator=g)
@@ -49,10 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--device", type=device_name, default="cuda" if torch.cuda.is_available() else "cpu"
+        "--device", type=device_name, help="default: cuda when this machine has it, else cpu"
     )
     parser.add_argument("--out", type=writable_folder, default="results")
     args = parser.parse_args(argv)
+    import torch
+
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_device(parser, args.device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for label, one_hot in (("probabilistic", False), ("one_hot", True)):

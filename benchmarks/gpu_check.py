@@ -1,0 +1,274 @@
+"""make gpu-check: the GPU path end to end, in one unattended command of a few minutes.
+
+    PYTHONPATH=. python -m benchmarks.gpu_check            # on a CUDA machine: the table
+    python -m benchmarks.gpu_check --write-reference       # on the CPU: the greedy reference
+
+It needs only the project and the machine's own CUDA torch (no install, no network), and
+writes results/gpu/check.md as it goes, so a run cut short still leaves what it measured:
+
+1. Greedy tokens. The reference (results/gpu/reference.json) holds held-out prompts and the
+   target's K = 0, T = 0 tokens computed eagerly on the CPU. Eager and compiled CUDA decoding
+   at K = 0, 4 and auto must give the same tokens. Where one differs, the CPU target's margin
+   between its two best logits at that position is printed: a margin at float32 rounding is a
+   near-tie the GPU's other summation order may flip, a larger one is a failure.
+2. Speed. B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto, interleaved
+   (K = 0, 4, auto, then again), with tok/s, the round time, the CUDA graph captures per
+   (B, K), and each speedup over its own K = 0 as median (min-max) over the rotations. The
+   floor beside them: a captured round's replay alone, back to back.
+3. The law: `minispec verify --device cuda` (the compiled sampler's worked example, eq. (1),
+   block verification and the decode loop's sequence law, on the GPU).
+
+The run fails (exit 1) on a greedy difference that is not a near-tie or a failed law check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
+from minispec.decode import SpeculativeDecoder
+from minispec.params import SamplingParams, SpeculativeConfig
+from model import tokenizer
+from model.checkpoint import load_pair
+
+REFERENCE = Path("results/gpu/reference.json")
+NEW_TOKENS = 64  # per prompt, greedy check
+NEAR_TIE = 1e-3  # logit margin below which a float32 GPU/CPU difference is a near-tie
+SPEED_NEW_TOKENS = 128
+ROTATIONS = 3
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+
+
+def pair_id(target: Path, draft: Path) -> str:
+    return f"{file_digest(target)}/{file_digest(draft)}"
+
+
+def greedy(decoder: SpeculativeDecoder, ids: list[int], k, max_new: int) -> list[int]:
+    params = [SamplingParams(temperature=0.0, seed=0, max_new_tokens=max_new)]
+    return decoder.generate([ids], params, SpeculativeConfig(k, "auto")).token_ids[0]
+
+
+def write_reference(target: Path, draft: Path, path: Path) -> dict:
+    """The target's greedy K = 0 tokens, eager on the CPU, for held-out prompts."""
+    from minispec.commands.prompts import held_out_prompts
+
+    decoder = SpeculativeDecoder(*load_pair(target, draft), compile=False)
+    prompts = held_out_prompts(6, 200)
+    tokens = [greedy(decoder, tokenizer.encode(p), 0, NEW_TOKENS) for p in prompts]
+    reference = {"pair": pair_id(target, draft), "prompts": prompts, "tokens": tokens}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(reference, indent=1) + "\n")
+    return reference
+
+
+class Report:
+    """results/gpu/check.md, rewritten after every line so that a cut-short run keeps it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.lines, self.failures = path, [], []
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+        self.path.write_text("\n".join(self.lines) + "\n")
+
+
+def margin_at(target_cpu, prefix: list[int]) -> float:
+    """The CPU target's gap, in float64, between its two best logits after `prefix`."""
+    with torch.no_grad():
+        logits = target_cpu.double()(torch.tensor([prefix]))[0, -1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def check_greedy(report, reference, decoders, target_cpu) -> None:
+    report.add("## 1. Greedy tokens against the CPU's eager K = 0\n")
+    report.add("| decoder | K | prompts equal | first differences (prompt: token, logit margin) |")
+    report.add("|---|---|---|---|")
+    for name, decoder in decoders:
+        for k in (0, 4, "auto"):
+            equal, notes = 0, []
+            for i, (prompt, expected) in enumerate(zip(reference["prompts"], reference["tokens"])):
+                ids = tokenizer.encode(prompt)
+                got = greedy(decoder, ids, k, len(expected))
+                if got == expected:
+                    equal += 1
+                    continue
+                at = next(j for j, (a, b) in enumerate(zip(got, expected + [-1])) if a != b)
+                margin = margin_at(target_cpu, ids + expected[:at])
+                tie = margin < NEAR_TIE
+                notes.append(f"{i}: token {at}, {margin:.1e}{' near-tie' if tie else ''}")
+                if not tie:
+                    report.failures.append(f"greedy {name} K = {k}, prompt {i}")
+            count = f"{equal}/{len(reference['prompts'])}"
+            report.add(f"| {name} | {k} | {count} | {'; '.join(notes) or '-'} |")
+    report.add()
+
+
+def run(decoder, prompts: list[list[int]], k, temperature: float, seed: int, warm_up=False):
+    """One timed generate (or, warm_up, one round at every width K allows: their graphs)."""
+    params = [
+        SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=SPEED_NEW_TOKENS)
+        for i in range(len(prompts))
+    ]
+    torch.cuda.synchronize()
+    spec = SpeculativeConfig(k, "auto")
+    return decoder.generate(prompts, params, spec, warm_up=warm_up).stats
+
+
+def captures(decoder: SpeculativeDecoder) -> Counter:
+    """CUDA graphs captured per (B, K) by the decoder's compiled rounds."""
+    counts = Counter()
+    for _, announced in decoder.rounds.values():
+        for _spec, shapes, statics in getattr(announced.fn, "graphs", {}):
+            k = dict(statics)["num_speculative_tokens"]
+            counts[(shapes[0][0][0], int(k))] += 1
+    return counts
+
+
+def replay_floor(decoder: SpeculativeDecoder, batch: int, k: int, repeats: int = 200) -> float:
+    """Milliseconds per replay of the captured (batch, k) round, back to back. The graph's
+    buffers hold the last call's state, every row done: done rows compute in place, so the
+    replays move nothing."""
+    for _, announced in decoder.rounds.values():
+        for (_spec, shapes, statics), graph in getattr(announced.fn, "graphs", {}).items():
+            if shapes[0][0][0] == batch and dict(statics)["num_speculative_tokens"] == str(k):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    graph.replay()
+                torch.cuda.synchronize()
+                return 1000 * (time.perf_counter() - start) / repeats
+    return float("nan")
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
+def speed(report, decoders, prompts, batches, deadline: float) -> None:
+    report.add(f"## 2. Speed at B = {', '.join(map(str, batches))} (interleaved K = 0, 4, auto)\n")
+    report.add(
+        "| decoder | B | T | K | tok/s | ms / round | tokens / round | "
+        "speedup over K = 0 | captures per K |"
+    )
+    report.add("|---|---|---|---|---|---|---|---|---|")
+    for name, decoder in decoders:
+        for batch in batches:
+            rows = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
+            for temperature in (0.0, 1.0):
+                if time.perf_counter() > deadline:
+                    report.add(f"| {name} | {batch} | {temperature:g} | skipped: time budget |")
+                    continue
+                if name == "eager" and batch > 16:
+                    continue
+                widths = (0, 4) if name == "eager" or batch == 64 else (0, 4, "auto")
+                for k in widths:  # compile and capture before timing
+                    run(decoder, rows, k, temperature, 0, warm_up=True)
+                results = {k: [] for k in widths}
+                rotations = 1 if name == "eager" else ROTATIONS
+                for r in range(rotations):
+                    for k in widths:
+                        results[k].append(run(decoder, rows, k, temperature, 1000 * (r + 1)))
+                counts = captures(decoder) if name == "compiled" else Counter()
+                for k in widths:
+                    stats = results[k]
+                    tok_s = statistics.median(s.tokens_per_second for s in stats)
+                    ms = statistics.median(1000 * s.round_time for s in stats)
+                    per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
+                    ratios = [s.speedup_over(b) for s, b in zip(stats, results[0])]
+                    captured = ", ".join(
+                        f"{kk}: {n}" for (b, kk), n in sorted(counts.items()) if b == batch
+                    )
+                    report.add(
+                        f"| {name} | {batch} | {temperature:g} | {k} | {tok_s:.0f} | {ms:.2f} | "
+                        f"{per_round:.2f} | {spread(ratios) if k else '-'} | {captured or '-'} |"
+                    )
+    report.add()
+
+
+def floors(report, decoder) -> None:
+    report.add("## Floor: a captured round replayed back to back\n")
+    report.add("| B | K | ms / replay |")
+    report.add("|---|---|---|")
+    for (batch, k), _ in sorted(captures(decoder).items()):
+        report.add(f"| {batch} | {k} | {replay_floor(decoder, batch, k):.3f} |")
+    report.add()
+
+
+def law(report) -> None:
+    from minispec.commands import verify
+
+    report.add("## 3. The law on CUDA (minispec verify --device cuda)\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = verify.main(
+            ["--device", "cuda", "--draws", "400000", "--rounds", "100000", "--loop-rows", "20000"]
+        )
+    report.add("```\n" + out.getvalue().strip() + "\n```")
+    if code:
+        report.failures.append("minispec verify --device cuda")
+    report.add()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__)
+    parser.add_argument("--target", type=Path, default=DEFAULT_TARGET)
+    parser.add_argument("--draft", type=Path, default=DEFAULT_DRAFT)
+    parser.add_argument("--reference", type=Path, default=REFERENCE)
+    parser.add_argument("--out", type=Path, default=Path("results/gpu/check.md"))
+    parser.add_argument("--budget-s", type=float, default=270, help="stop starting new cells")
+    parser.add_argument("--write-reference", action="store_true")
+    args = parser.parse_args(argv)
+    if args.write_reference:
+        write_reference(args.target, args.draft, args.reference)
+        print(f"reference -> {args.reference}")
+        return 0
+    if not torch.cuda.is_available():
+        print("gpu-check: this torch sees no CUDA device", file=sys.stderr)
+        return 2
+    deadline = time.perf_counter() + args.budget_s
+    report = Report(args.out)
+    report.add("# GPU check\n")
+    report.add(
+        f"`PYTHONPATH=. python -m benchmarks.gpu_check` on {torch.cuda.get_device_name()}, "
+        f"torch {torch.__version__}, the pair {pair_id(args.target, args.draft)}.\n"
+    )
+    reference = json.loads(args.reference.read_text()) if args.reference.exists() else None
+    if reference is None or reference["pair"] != pair_id(args.target, args.draft):
+        report.add("The stored reference is for another pair: computed here, on the CPU.\n")
+        reference = write_reference(args.target, args.draft, Path("/tmp/gpu_reference.json"))
+    target_cpu, _ = load_pair(args.target, args.draft)
+    cuda_pair = load_pair(args.target, args.draft, device="cuda")
+    decoders = [
+        ("eager", SpeculativeDecoder(*cuda_pair, compile=False)),
+        ("compiled", SpeculativeDecoder(*cuda_pair, compile=True)),
+    ]
+    check_greedy(report, reference, decoders, target_cpu)
+    speed(report, decoders, reference["prompts"], (1,), deadline)
+    law(report)
+    speed(report, decoders, reference["prompts"], (16, 64), deadline)
+    floors(report, decoders[1][1])
+    verdict = "FAILED: " + "; ".join(report.failures) if report.failures else "passed"
+    report.add(f"**{verdict}**")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
