@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train bench bench-gpu verify vllm-check clean
+.PHONY: help install decode lint test train bench bench-gpu verify vllm-check wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,6 +69,20 @@ $(VLLM_VENV)/.installed:
 
 vllm-check: $(VLLM_VENV)/.installed  ## the exported pair in vLLM against minispec, T = 0 and 1 -> results/vllm/
 	VLLM_LOGGING_LEVEL=ERROR $(VLLM_VENV)/bin/python -m benchmarks.vllm_check $(ARGS)
+
+# The wheel as a user gets it: built from the files git knows (so a stale build/ folder cannot
+# leak into it), installed with $(TORCH) into a fresh venv that sees no other site-packages, and
+# run from a folder outside the repository, so a module or the pair missing from it fails here.
+wheel-check:  ## build the wheel, install it in a fresh venv, decode from outside the repository
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && mkdir "$$tmp/src" && \
+	git ls-files --cached --others --exclude-standard | \
+		tar -cf - --ignore-failed-read -T - | tar -xf - -C "$$tmp/src" && \
+	$(PYTHON) -m venv "$$tmp/venv" && \
+	"$$tmp/venv/bin/python" -m pip install -q $(TORCH) && \
+	"$$tmp/venv/bin/python" -m pip wheel -q --no-deps -w "$$tmp/dist" "$$tmp/src" && \
+	"$$tmp/venv/bin/python" -m pip install -q "$$tmp"/dist/minispec-*.whl && \
+	cd "$$tmp" && env -u PYTHONPATH "$$tmp/venv/bin/minispec" decode --no-compile -k 2 \
+		--max-new-tokens 8
 
 clean:  ## remove .venv, caches and build outputs
 	rm -rf $(VENV) $(VLLM_VENV) .inductor-cache .pytest_cache build *.egg-info

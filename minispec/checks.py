@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.proposers import PROPOSERS
 from model.gpt import GPT
+from model.tokenizer import BOS_TOKEN_ID, VOCAB_SIZE
 
 if TYPE_CHECKING:
     from minispec.decode import SpeculativeDecoder
@@ -21,6 +22,12 @@ def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill
         if not (isinstance(model, GPT) or (name == "draft" and model is None)):
             kind = "a GPT" + (" or None" if name == "draft" else "")
             raise TypeError(f"{name} must be {kind}, got {type(model).__name__}")
+    for name, model in (("target", target), ("draft", draft)):
+        if model is not None and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            raise ValueError(
+                f"{name} is on the meta device, which holds shapes but no weights: load its "
+                f"weights (model.checkpoint.load_checkpoint) or build it on cpu or cuda"
+            )
     if compile not in (True, False, "aot", "auto"):
         raise ValueError(f'compile must be True, False, "aot" or "auto", got {compile!r}')
     if eos_token_id is not None and (
@@ -66,9 +73,22 @@ def check_request(
             raise ValueError(f"prompt {i} has token ids that are not ints")
         if any(not 0 <= t < vocab for t in prompt):
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
+        if (bos := known_bos(decoder)) is not None and prompt[0] != bos:
+            raise ValueError(
+                f"prompt {i} does not start with BOS (id {bos}): encode text with "
+                f"model.tokenizer.encode, which puts BOS first"
+            )
         if len(prompt) + p.max_new_tokens + k > context:
             raise ValueError(
                 f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
                 f"{p.max_new_tokens} + num_speculative_tokens {k} exceed the "
                 f"context of {context} tokens"
             )
+
+
+def known_bos(decoder: SpeculativeDecoder) -> int | None:
+    """The id every prompt must start with, where the vocabulary tells it: for a byte-vocabulary
+    model (every minispec checkpoint and exported folder), the byte tokenizer's BOS, which began
+    every training document. A Hugging Face folder's tokenizer may put another BOS first or none
+    at all (GPT-2's adds none), so its prompts are taken as that tokenizer made them: None."""
+    return BOS_TOKEN_ID if decoder.target.config.vocab_size == VOCAB_SIZE else None

@@ -33,10 +33,13 @@ def check_int(name: str, value, kind: str = "an int") -> None:
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
 
 
-def check_real(name: str, value) -> None:
-    """TypeError unless `value` is a real number (not a bool, not a str such as "0.5")."""
+def check_real(name: str, value, rule: str) -> None:
+    """TypeError unless `value` is a real number (not a bool, not a str such as "0.5"); a NaN is
+    named as such, since "got nan" beside a range reads as a value out of it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError(f"{name} is NaN: it must be {rule}")
 
 
 @dataclass(slots=True)
@@ -62,17 +65,17 @@ class SamplingParams:
 
     def validate(self) -> None:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
-        check_real("temperature", self.temperature)
+        rule = "finite and >= 0 (0 means greedy)"
+        check_real("temperature", self.temperature, rule)
         if not 0 <= self.temperature < math.inf:
-            raise ValueError(
-                f"temperature must be finite and >= 0 (0 means greedy), got {self.temperature}"
-            )
+            raise ValueError(f"temperature must be {rule}, got {self.temperature}")
         check_int("top_k", self.top_k)
         if not 0 <= self.top_k < 2**63:
             raise ValueError(f"top_k must be in [0, 2**63) (0 means off), got {self.top_k}")
-        check_real("top_p", self.top_p)
+        rule = "in (0, 1] (1 means off)"
+        check_real("top_p", self.top_p, rule)
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1] (1 means off), got {self.top_p}")
+            raise ValueError(f"top_p must be {rule}, got {self.top_p}")
         if self.seed is not None:
             check_int("seed", self.seed, "an int or None")
             if not 0 <= self.seed < 2**32:

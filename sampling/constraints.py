@@ -59,10 +59,17 @@ def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
     and even on the CPU a per-round read is a stall the decode loop, which validated its requests
     once up front, need not pay; there the caller is trusted."""
     if isinstance(value, torch.Tensor):
-        if check_values and value.device.type == "cpu" and not bool(ok(value).all()):
-            raise ValueError(f"{name} must be {rule}")
+        if check_values and value.device.type == "cpu":
+            # NaN fails every comparison, so "must be >= 0" would hide what is wrong with it.
+            if value.is_floating_point() and bool(value.isnan().any()):
+                row = int(value.reshape(-1).isnan().nonzero()[0, 0])
+                raise ValueError(f"{name} is NaN in row {row}: it must be {rule}")
+            if not bool(ok(value).all()):
+                raise ValueError(f"{name} must be {rule}")
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):  # True is no count
         raise TypeError(f"{name} must be a number or a [B] tensor, got {type(value).__name__}")
+    elif value != value:  # NaN, the one number unequal to itself
+        raise ValueError(f"{name} is NaN: it must be {rule}")
     elif not ok(value):
         raise ValueError(f"{name} must be {rule}, got {value!r}")
 
@@ -75,6 +82,11 @@ def normalize_params(
     A None or 0 top_k scalar, and a None or 1.0 top_p scalar, become None: the filter is not
     compiled in at all.
     """
+    if device.type == "meta":  # torch would fail later, in a draw or in the compiler
+        raise ValueError(
+            "the logits are on the meta device, which holds shapes but no values: "
+            "sample from logits on cpu or cuda"
+        )
     if isinstance(top_k, torch.Tensor) and (top_k.is_floating_point() or top_k.is_complex()):
         raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
     if isinstance(top_k, float) and not top_k.is_integer():

@@ -13,11 +13,19 @@ w_v / sum(w). That samples from w without normalising it (the Gumbel-max trick i
 import torch
 
 
-def check_generator(generator: object) -> None:
-    """TypeError naming the argument: torch's own for a wrong type lists every overload."""
-    if generator is not None and not isinstance(generator, torch.Generator):
+def check_generator(generator: object, device: torch.device) -> None:
+    """TypeError or ValueError naming the argument: torch's own for a wrong type lists every
+    overload, and for a generator on another device is a RuntimeError or a bare assertion."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
         raise TypeError(
             f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
+    if generator.device.type != device.type:
+        raise ValueError(
+            f"generator is on {generator.device}, the logits on {device}: "
+            f"use torch.Generator(device={str(device)!r}) or None"
         )
 
 
@@ -25,7 +33,7 @@ def draw_uniforms(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
 ) -> torch.Tensor:
     """U[0, 1) in float64, the acceptance draws u."""
-    check_generator(generator)
+    check_generator(generator, device)
     return torch.rand(shape, dtype=torch.float64, device=device, generator=generator)
 
 
@@ -33,7 +41,7 @@ def draw_exponentials(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
 ) -> torch.Tensor:
     """Exp(1) noise in float32 for ``race``."""
-    check_generator(generator)
+    check_generator(generator, device)
     noise = torch.empty(shape, dtype=torch.float32, device=device)
     return noise.exponential_(generator=generator)
 

@@ -1,5 +1,6 @@
 """Fault injection on the surfaces that write or read files beside the model: export, the suffix
-index, Hugging Face folders, and the commands' paths and flags.
+index, Hugging Face folders, and the commands' paths and flags; then the Python API's messages
+for inputs that used to fail deep inside torch, and what the wheel holds.
 
 Each fault (a folder that is not ours, a process killed half-way, a file cut short, emptied or
 from another program, a hostile config.json) must end in a correct result or in one clear line
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,13 +27,18 @@ import torch
 from _cli import ROOT
 from _enumerate import random_gpt
 
-from minispec.api import cached_decoder
+import minispec
+from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET, cached_decoder
 from minispec.commands import build_index, copy_score
 from minispec.commands.cli import main
+from minispec.decode import SpeculativeDecoder
+from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.proposers.suffix import SuffixIndex
 from model import folders, hf
 from model.checkpoint import CheckpointError, load_checkpoint, load_pair, save_checkpoint
-from model.tokenizer import VOCAB_SIZE
+from model.tokenizer import VOCAB_SIZE, encode
+from sampling.constraints import sample
+from sampling.rejection import rejection_sample
 
 CORPUS = torch.tensor(list(b"def f(x):\n    return x + 1\n\n" * 40))  # a tiny corpus: fast builds
 
@@ -550,3 +557,152 @@ def test_model_has_no_import_cycle() -> None:
 
     cycles = sorted(m for m in graph if reaches(m, m, set()))
     assert not cycles, f"model/ modules in an import cycle: {cycles}"
+
+
+# ---- the API's messages: meta tensors, NaN, warm_up, BOS ---------------------------------------
+
+
+@cache
+def byte_decoder() -> SpeculativeDecoder:
+    """A tiny eager decoder on the byte vocabulary, whose prompts start with BOS."""
+    return SpeculativeDecoder(random_gpt(VOCAB_SIZE, 0, max_seq_len=32), compile=False)
+
+
+def one_line_error(error: type, call, *fragments: str) -> None:
+    """`call()` raises one `error` of one line that holds every fragment."""
+    with pytest.raises(error) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and all(f in message for f in fragments), message
+
+
+def sample_meta(generator: torch.Generator | None) -> None:
+    sample(torch.zeros(2, 5, device="meta"), generator=generator, compiled=False)
+
+
+def reject_meta(generator: torch.Generator | None) -> None:
+    drafts = torch.zeros(2, 2, dtype=torch.long, device="meta")
+    rejection_sample(
+        torch.zeros(2, 3, 5, device="meta"), drafts, generator=generator, compiled=False
+    )
+
+
+@pytest.mark.parametrize("draw", [sample_meta, reject_meta])
+@pytest.mark.parametrize("with_generator", [False, True])
+def test_meta_logits_are_one_value_error(draw, with_generator: bool) -> None:
+    """Meta logits have shapes and no values: refused, not sampled into meta tensors (or, with a
+    generator, failed in torch's reference code with a bare AssertionError)."""
+    generator = torch.Generator() if with_generator else None
+    one_line_error(ValueError, lambda: draw(generator), "meta device", "cpu or cuda")
+
+
+class ElsewhereGenerator(torch.Generator):
+    """A CPU generator that says it lives on another device: this torch build cannot make a
+    meta generator, and a CPU machine has no CUDA one, so it stands in for either."""
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("meta")
+
+
+@pytest.mark.parametrize("method", ["standard", "drafter_invariant"])
+def test_a_generator_on_another_device_is_one_value_error(method: str) -> None:
+    logits, drafts = torch.zeros(2, 3, 5), torch.zeros(2, 2, dtype=torch.long)
+    generator = ElsewhereGenerator()
+    for call in (
+        lambda: sample(logits[:, 0], generator=generator, compiled=False),
+        lambda: rejection_sample(
+            logits, drafts, generator=generator, method=method, compiled=False
+        ),
+    ):
+        one_line_error(ValueError, call, "generator is on meta, the logits on cpu")
+
+
+def test_a_model_on_the_meta_device_is_refused_when_the_decoder_is_built() -> None:
+    target = random_gpt(VOCAB_SIZE, 0, max_seq_len=32)
+    meta = random_gpt(VOCAB_SIZE, 1, max_seq_len=32).to("meta")
+    one_line_error(ValueError, lambda: SpeculativeDecoder(meta), "target is on the meta device")
+    one_line_error(
+        ValueError, lambda: SpeculativeDecoder(target, meta), "draft is on the meta device"
+    )
+
+
+NAN = float("nan")
+NAN_TEMPERATURES = {
+    "sample, a [B] tensor": lambda: sample(
+        torch.zeros(2, 5), temperature=torch.tensor([1.0, NAN]), compiled=False
+    ),
+    "rejection_sample, a [B] tensor": lambda: rejection_sample(
+        torch.zeros(2, 3, 5),
+        torch.zeros(2, 2, dtype=torch.long),
+        temperature=torch.tensor([1.0, NAN]),
+        compiled=False,
+    ),
+    "sample, a float": lambda: sample(torch.zeros(2, 5), temperature=NAN, compiled=False),
+    "SamplingParams": lambda: SamplingParams(temperature=NAN).validate(),
+}
+
+
+@pytest.mark.parametrize("case", NAN_TEMPERATURES)
+def test_a_nan_temperature_is_called_nan(case: str) -> None:
+    """NaN fails every comparison: it was reported as a temperature below 0."""
+    one_line_error(ValueError, NAN_TEMPERATURES[case], "temperature is NaN", ">= 0")
+
+
+def test_a_nan_top_p_is_called_nan() -> None:
+    one_line_error(ValueError, SamplingParams(top_p=NAN).validate, "top_p is NaN", "(0, 1]")
+
+
+@pytest.mark.parametrize("warm_up", ["yes", 1, None])
+def test_warm_up_must_be_a_bool(warm_up) -> None:
+    """A str such as "no" is truthy: it warmed up, decoding nothing, without a word."""
+
+    def call() -> None:
+        minispec.generate(
+            ["hi"],
+            num_speculative_tokens=0,
+            max_new_tokens=2,
+            decoder=byte_decoder(),
+            warm_up=warm_up,
+        )
+
+    one_line_error(TypeError, call, "warm_up must be a bool")
+
+
+def test_a_byte_vocabulary_prompt_must_start_with_bos() -> None:
+    params, spec = [SamplingParams(max_new_tokens=2)] * 2, SpeculativeConfig(0)
+    one_line_error(
+        ValueError,
+        lambda: byte_decoder().generate([encode("ab"), encode("ab", bos=False)], params, spec),
+        "prompt 1 does not start with BOS (id 256)",
+        "model.tokenizer.encode",
+    )
+    # Another vocabulary's BOS is its tokenizer's business (GPT-2's adds none): no check.
+    other = SpeculativeDecoder(random_gpt(32, 0, max_seq_len=32), compile=False)
+    assert len(other.generate([[1, 2]], params[:1], spec).token_ids[0]) == 2
+
+
+def test_the_wheel_finds_every_package_and_ships_the_pair() -> None:
+    """pyproject.toml's discovery, run as setuptools runs it: every package folder (one with an
+    __init__.py) under the shipped roots, and the pair the API loads by default, are in the
+    wheel, with no test or benchmark code. make wheel-check installs the real wheel."""
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = pytest.importorskip("setuptools")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    find = config["packages"]["find"]
+    assert find["namespaces"]  # `checkpoints` has no __init__.py
+    found = set(
+        setuptools.find_namespace_packages(
+            str(ROOT), include=find["include"], exclude=find["exclude"]
+        )
+    )
+    wanted = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for root in ("minispec", "model", "sampling")
+        for init in (ROOT / root).rglob("__init__.py")
+    }
+    assert wanted | {"checkpoints"} <= found, sorted(wanted - found)
+    assert not {p for p in found if p.split(".")[0] in ("tests", "benchmarks")}
+    shipped = config["package-data"]["checkpoints"]
+    for path in (DEFAULT_TARGET, DEFAULT_DRAFT):
+        assert path.parent == ROOT / "checkpoints" and any(path.match(g) for g in shipped)
