@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train bench bench-gpu verify vllm-check wheel-check clean
+.PHONY: help install decode lint test train bench bench-gpu gpu-check verify vllm-check wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,10 @@ train: $(STAMP)  ## train the target, then the distilled draft (NPROC=N: N proce
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
 	$(PY) -m benchmarks $(ARGS)
+
+# The GPU check runs with the machine's own CUDA torch: no venv, no install, no network.
+gpu-check:  ## the GPU path in a few minutes: greedy tokens, speed, captures, the law -> results/gpu/check.md
+	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check $(ARGS)
 
 bench-gpu: $(STAMP)  ## the same benchmark on CUDA (CUDA graphs) + the sampler's Triton kernels -> results/gpu/
 	$(PY) -m benchmarks --device cuda --out results/gpu $(ARGS)

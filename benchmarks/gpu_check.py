@@ -14,7 +14,7 @@ writes results/gpu/check.md as it goes, so a run cut short still leaves what it 
 2. Speed. B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto, interleaved
    (K = 0, 4, auto, then again), with tok/s, the round time, the CUDA graph captures per
    (B, K), and each speedup over its own K = 0 as median (min-max) over the rotations. The
-   floor beside them: a captured round's replay alone, back to back.
+   floor beside the round time: the captured round's replay alone, back to back.
 3. The law: `minispec verify --device cuda` (the compiled sampler's worked example, eq. (1),
    block verification and the decode loop's sequence law, on the GPU).
 
@@ -132,23 +132,32 @@ def run(decoder, prompts: list[list[int]], k, temperature: float, seed: int, war
     return decoder.generate(prompts, params, spec, warm_up=warm_up).stats
 
 
-def captures(decoder: SpeculativeDecoder) -> Counter:
-    """CUDA graphs captured per (B, K) by the decoder's compiled rounds."""
+def graph_setting(key: tuple) -> tuple[int, int, bool]:
+    """(B, K, adaptive) of a CudaGraphs key: a fixed-K round and adaptive K's round of the same
+    width are two graphs (the adaptive one also picks the next width)."""
+    _spec, shapes, statics = key
+    statics = dict(statics)
+    return shapes[0][0][0], int(statics["num_speculative_tokens"]), statics["adaptive"] != "None"
+
+
+def captures(decoder: SpeculativeDecoder, batch: int) -> str:
+    """The CUDA graphs captured for batch size `batch`, per K (a: adaptive K's)."""
     counts = Counter()
     for _, announced in decoder.rounds.values():
-        for _spec, shapes, statics in getattr(announced.fn, "graphs", {}):
-            k = dict(statics)["num_speculative_tokens"]
-            counts[(shapes[0][0][0], int(k))] += 1
-    return counts
+        for key, n in getattr(announced.fn, "captures", {}).items():
+            b, k, adaptive = graph_setting(key)
+            if b == batch:
+                counts[f"{k}{'a' if adaptive else ''}"] += n
+    return ", ".join(f"{k}: {n}" for k, n in sorted(counts.items())) or "-"
 
 
 def replay_floor(decoder: SpeculativeDecoder, batch: int, k: int, repeats: int = 200) -> float:
-    """Milliseconds per replay of the captured (batch, k) round, back to back. The graph's
-    buffers hold the last call's state, every row done: done rows compute in place, so the
-    replays move nothing."""
+    """Milliseconds per replay of the captured fixed-K round (batch, k), back to back. The
+    graph's buffers hold the last call's state, every row done: done rows compute in place, so
+    the replays move nothing."""
     for _, announced in decoder.rounds.values():
-        for (_spec, shapes, statics), graph in getattr(announced.fn, "graphs", {}).items():
-            if shapes[0][0][0] == batch and dict(statics)["num_speculative_tokens"] == str(k):
+        for key, graph in getattr(announced.fn, "graphs", {}).items():
+            if graph_setting(key) == (batch, k, False):
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 for _ in range(repeats):
@@ -165,10 +174,10 @@ def spread(values: list[float]) -> str:
 def speed(report, decoders, prompts, batches, deadline: float) -> None:
     report.add(f"## 2. Speed at B = {', '.join(map(str, batches))} (interleaved K = 0, 4, auto)\n")
     report.add(
-        "| decoder | B | T | K | tok/s | ms / round | tokens / round | "
-        "speedup over K = 0 | captures per K |"
+        "| decoder | B | T | K | tok/s | ms / round | replay alone, ms | tokens / round | "
+        "speedup over K = 0 | CUDA graphs captured, per K |"
     )
-    report.add("|---|---|---|---|---|---|---|---|---|")
+    report.add("|---|---|---|---|---|---|---|---|---|---|")
     for name, decoder in decoders:
         for batch in batches:
             rows = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
@@ -186,29 +195,21 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                 for r in range(rotations):
                     for k in widths:
                         results[k].append(run(decoder, rows, k, temperature, 1000 * (r + 1)))
-                counts = captures(decoder) if name == "compiled" else Counter()
+                compiled = name == "compiled"
                 for k in widths:
                     stats = results[k]
                     tok_s = statistics.median(s.tokens_per_second for s in stats)
                     ms = statistics.median(1000 * s.round_time for s in stats)
                     per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
                     ratios = [s.speedup_over(b) for s, b in zip(stats, results[0])]
-                    captured = ", ".join(
-                        f"{kk}: {n}" for (b, kk), n in sorted(counts.items()) if b == batch
-                    )
+                    floor = "-"
+                    if compiled and k != "auto":
+                        floor = f"{replay_floor(decoder, batch, k):.3f}"
                     report.add(
                         f"| {name} | {batch} | {temperature:g} | {k} | {tok_s:.0f} | {ms:.2f} | "
-                        f"{per_round:.2f} | {spread(ratios) if k else '-'} | {captured or '-'} |"
+                        f"{floor} | {per_round:.2f} | {spread(ratios) if k else '-'} | "
+                        f"{captures(decoder, batch) if compiled else '-'} |"
                     )
-    report.add()
-
-
-def floors(report, decoder) -> None:
-    report.add("## Floor: a captured round replayed back to back\n")
-    report.add("| B | K | ms / replay |")
-    report.add("|---|---|---|")
-    for (batch, k), _ in sorted(captures(decoder).items()):
-        report.add(f"| {batch} | {k} | {replay_floor(decoder, batch, k):.3f} |")
     report.add()
 
 
@@ -255,16 +256,16 @@ def main(argv: list[str] | None = None) -> int:
         report.add("The stored reference is for another pair: computed here, on the CPU.\n")
         reference = write_reference(args.target, args.draft, Path("/tmp/gpu_reference.json"))
     target_cpu, _ = load_pair(args.target, args.draft)
-    cuda_pair = load_pair(args.target, args.draft, device="cuda")
+    # A pair each: a decoder that reallocates the KV caches for another batch size would
+    # otherwise make the other recapture its graphs.
     decoders = [
-        ("eager", SpeculativeDecoder(*cuda_pair, compile=False)),
-        ("compiled", SpeculativeDecoder(*cuda_pair, compile=True)),
+        (name, SpeculativeDecoder(*load_pair(args.target, args.draft, "cuda"), compile=mode))
+        for name, mode in (("eager", False), ("compiled", True))
     ]
     check_greedy(report, reference, decoders, target_cpu)
     speed(report, decoders, reference["prompts"], (1,), deadline)
     law(report)
     speed(report, decoders, reference["prompts"], (16, 64), deadline)
-    floors(report, decoders[1][1])
     verdict = "FAILED: " + "; ".join(report.failures) if report.failures else "passed"
     report.add(f"**{verdict}**")
     return 1 if report.failures else 0

@@ -167,7 +167,8 @@ def compile_fn(
         )
         return Announced(aot, name, announce=True)
     if cuda:
-        return Announced(CudaGraphs(fn, jit), name, announce=True)
+        version = lambda: tuple(m.cache_version for m in models)  # noqa: E731
+        return Announced(CudaGraphs(fn, jit, buffers_version=version), name, announce=True)
     return Announced(jit(fn), name, announce=True, dynamic_arg=dynamic_arg)
 
 

@@ -60,7 +60,22 @@ def test_flat_boundary_carries_a_namedtuple_in_place() -> None:
     assert capture.count == 1 and all(seen)
     graphs(carry, torch.ones(3), scale=3)  # a new static argument is a new graph
     graphs(Pair(torch.zeros(4), torch.ones(4)), torch.ones(4), scale=3)  # a new shape too
-    assert capture.count == graphs.captures == 3
+    assert capture.count == sum(graphs.captures.values()) == 3
+
+
+def test_reallocated_buffers_are_recaptured() -> None:
+    """A graph recorded the addresses of the buffers it reads (the KV caches): when they are
+    reallocated (a new batch size) every graph is dropped and recaptured on its next call."""
+    version = [0]
+    capture = CountingCapture()
+    graphs = CudaGraphs(
+        lambda c, *, s: (c * s, c.sum()[None]), lambda f: f, capture, lambda: version[0]
+    )
+    graphs(torch.ones(2), s=2)
+    graphs(torch.ones(2), s=2)
+    version[0] += 1
+    graphs(torch.ones(2), s=2)
+    assert capture.count == 2 and len(graphs.graphs) == 1
 
 
 def captured_decoder(target, draft, capture) -> SpeculativeDecoder:
@@ -69,7 +84,8 @@ def captured_decoder(target, draft, capture) -> SpeculativeDecoder:
     decoder = SpeculativeDecoder(target, draft, compile=False)
     decoder.static_shapes = True
     proposer, announced = decoder.compiled_round("draft_model")
-    graphs = CudaGraphs(announced.fn, compile=lambda f: f, capture=capture)
+    version = lambda: (target.cache_version, draft.cache_version)  # noqa: E731
+    graphs = CudaGraphs(announced.fn, lambda f: f, capture, version)
     decoder.rounds[("draft_model", False)] = (proposer, Announced(graphs, "round", announce=False))
     return decoder
 

@@ -22,6 +22,7 @@ code with a stand-in that counts captures.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 import torch
@@ -91,22 +92,28 @@ class CudaGraphs:
         fn: Callable,
         compile: Callable[[Callable], Callable],
         capture: Capture = capture_cuda_graph,
+        buffers_version: Callable[[], object] = lambda: None,
     ) -> None:
+        """`buffers_version()` changes whenever the buffers fn reads outside its arguments (the
+        models' KV caches) are reallocated: a graph recorded their old addresses, so every
+        graph is then dropped and recaptured on its next call."""
         self.fn, self.compile, self.capture = fn, compile, capture
-        self.graphs: dict[tuple, Captured] = {}
+        self.buffers_version, self.version = buffers_version, buffers_version()
+        self.graphs: dict[tuple, Captured] = {}  # the graphs of the current buffers
+        self.captures: Counter = Counter()  # captures per key, over this object's life
         self.compiled_last = False  # whether the last call captured (and compiled) a graph
-
-    @property
-    def captures(self) -> int:
-        return len(self.graphs)
 
     def __call__(self, *args, **statics):
         leaves, in_spec = tree_flatten(args)
         carry_spec = tree_flatten(args[0])[1]
         key = graph_key(in_spec, leaves, statics)
+        if (version := self.buffers_version()) != self.version:
+            self.graphs.clear()  # their memory goes back to the allocator
+            self.version = version
         self.compiled_last = key not in self.graphs
         if self.compiled_last:
             self.graphs[key] = self.build(in_spec, carry_spec.num_leaves, leaves, statics)
+            self.captures[key] += 1
         outputs = self.graphs[key](leaves)
         num_carried = carry_spec.num_leaves
         return (tree_unflatten(outputs[:num_carried], carry_spec), *outputs[num_carried:])
