@@ -14,6 +14,7 @@ decides stopping), hand the new tokens out, and tell the policy what happened.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -22,7 +23,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from minispec.checks import check_decoder, check_request
-from minispec.compiled import Announced, compile_fn
+from minispec.compilation import Announced, compile_round
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies import Policy
@@ -42,7 +43,7 @@ from sampling.constraints import RowConstraints
 # rather than the cache's, and logits stay bit-equal to a whole-cache read (tests/test_model.py).
 KV_BUCKET = 64
 # The round's positional arguments: state, constraints, host_proposal, relative_times, then
-# key_positions, the one whose length changes from round to round (compile_fn's dynamic_arg).
+# key_positions, the one whose length changes from round to round (compile_round's dynamic_arg).
 KEY_POSITIONS_ARG = 4
 
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
@@ -90,9 +91,9 @@ class SpeculativeDecoder:
     ) -> None:
         """`compile`: True, torch.compile each round graph; "aot", on the CPU, compile each one
         ahead of time into a package on disk that later processes load, which starts faster
-        (minispec/compiled.py; on CUDA, as True); "auto", on the CPU, run each round eagerly
+        (minispec/compilation/aot.py; on CUDA, as True); "auto", on the CPU, run each round eagerly
         while a background process builds its package, which takes over once built
-        (minispec/tiers.py; on CUDA, as True); False, run eagerly.
+        (minispec/compilation/builder.py; on CUDA, as True); False, run eagerly.
 
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only).
@@ -115,6 +116,7 @@ class SpeculativeDecoder:
         self.rounds: dict[tuple, tuple[Proposer | HostProposer, Announced]] = {}
         # What policies keep across calls: adaptive K's measurements per graph family.
         self.families: dict[tuple, object] = {}
+        self.lock = threading.Lock()  # one generate() at a time (see generate)
 
     def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Announced]:
         """The round provider: proposer `name` (PROPOSERS) and its compiled round, built on
@@ -124,7 +126,7 @@ class SpeculativeDecoder:
             proposer = PROPOSERS[name].build(self.draft, self.suffix_index)
             in_round = None if isinstance(proposer, HostProposer) else proposer
             models = torch.nn.ModuleList(m for m in (self.target, self.draft) if m is not None)
-            announced = compile_fn(
+            announced = compile_round(
                 partial(speculative_round, self.target, in_round),
                 f"round[{name}]",
                 self.compile,
@@ -146,7 +148,10 @@ class SpeculativeDecoder:
         start-up than it saves."""
         b = len(prompts)
         models = [self.target] + ([self.draft] if k and uses_draft else [])
-        for model in models:
+        # Every model gets its cache, even one this call does not run: a compiled round's key
+        # includes the buffers it may read (and a CUDA graph, their addresses), so a K = 0
+        # round compiled before the draft had a cache would be compiled again after it got one.
+        for model in filter(None, (self.target, self.draft)):
             model.setup_cache(b)  # kept when it already fits: the models own their caches
         tokens = torch.zeros(b, self.max_seq_len, dtype=torch.long)
         for i, prompt in enumerate(prompts):
@@ -196,16 +201,22 @@ class SpeculativeDecoder:
         """Decode every prompt (token ids, BOS first) until EOS or its max_new_tokens.
 
         `on_tokens(row, ids, origins)` is called as tokens are accepted, for streaming.
+        Calls on one decoder run one at a time: a call from another thread waits for the one in
+        flight (and an `on_tokens` that calls generate on the same decoder would wait forever).
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
+        if not isinstance(warm_up, bool):
+            raise TypeError(f"warm_up must be True or False, got {type(warm_up).__name__}")
         check_request(self, prompts, params, spec)
-        with torch.no_grad():
+        # The models' KV caches are this decoder's one working memory: two calls interleaving
+        # their rounds would overwrite each other's entries. Calls from several threads wait.
+        with self.lock, torch.no_grad():
             run = self.start_run(prompts, params, spec, on_tokens, warm_up)
             while not run.done:
                 self.decode_round(run)
-        collect(run.state, run.stats)
-        run.policy.finish(run.stats)
+            collect(run.state, run.stats)
+            run.policy.finish(run.stats)
         return GenerationOutput(run.outputs, run.origins, run.stats)
 
     def start_run(

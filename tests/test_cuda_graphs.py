@@ -11,7 +11,7 @@ import torch
 from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401
 
 from minispec.compilation.cuda_graphs import CudaGraphs
-from minispec.compiled import Announced
+from minispec.compilation import Announced
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 
@@ -127,3 +127,15 @@ def test_whole_cache_masked_attention_equals_live_slots() -> None:
     live = model(tokens, positions, torch.arange(64))
     whole = model(tokens, positions, None)
     torch.testing.assert_close(live, whole, rtol=1e-5, atol=1e-5)
+
+
+def test_graphs_depend_on_the_setting_not_on_call_history() -> None:
+    """K = 0, then K = 4, then K = 0 on one decoder: two graphs, not three (a K = 0 round
+    captured before the draft had a KV cache must not be captured again once it has one)."""
+    target = random_gpt(24, 5, scale=1.5, max_seq_len=64)
+    capture = CountingCapture()
+    decoder = captured_decoder(target, perturbed_copy(target, 6, 0.3), capture)
+    params = [SamplingParams(temperature=1.0, seed=0, max_new_tokens=8)]
+    for k in (0, 4, 0):
+        decoder.generate([[1, 2, 3]], params, SpeculativeConfig(k, "probabilistic"))
+    assert capture.count == 2

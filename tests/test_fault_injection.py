@@ -706,3 +706,45 @@ def test_the_wheel_finds_every_package_and_ships_the_pair() -> None:
     shipped = config["package-data"]["checkpoints"]
     for path in (DEFAULT_TARGET, DEFAULT_DRAFT):
         assert path.parent == ROOT / "checkpoints" and any(path.match(g) for g in shipped)
+
+
+def test_one_decoder_shared_by_two_threads_gives_each_its_own_output() -> None:
+    """Two threads calling generate on one decoder at once: each gets the tokens a call alone
+    gives (the calls take turns), never a mix of the two calls' KV cache entries."""
+    import threading
+
+    from _enumerate import perturbed_copy, random_gpt
+
+    from minispec.decode import SpeculativeDecoder
+    from minispec.params import SamplingParams, SpeculativeConfig
+
+    target = random_gpt(24, 11, scale=1.5, max_seq_len=96)
+    decoder = SpeculativeDecoder(target, perturbed_copy(target, 12, 0.3), compile=False)
+    prompts = [[1, 2, 3, 4], [5, 6, 7]]
+    params = [SamplingParams(temperature=0.0, max_new_tokens=60)]
+    spec = SpeculativeConfig(4, "greedy")
+    alone = [decoder.generate([p], params, spec).token_ids[0] for p in prompts]
+    for _ in range(3):
+        results = [None, None]
+
+        def work(i: int) -> None:
+            results[i] = decoder.generate([prompts[i]], params, spec).token_ids[0]
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == alone
+
+
+def test_decoder_generate_refuses_a_warm_up_that_is_not_a_bool() -> None:
+    from _enumerate import random_gpt
+
+    from minispec.decode import SpeculativeDecoder
+    from minispec.params import SamplingParams, SpeculativeConfig
+
+    decoder = SpeculativeDecoder(random_gpt(24, 1), compile=False)
+    params = [SamplingParams(max_new_tokens=2)]
+    with pytest.raises(TypeError, match="warm_up must be True or False"):
+        decoder.generate([[1, 2]], params, SpeculativeConfig(0), warm_up="yes")
