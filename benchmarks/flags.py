@@ -129,3 +129,23 @@ def sampler_parser() -> OneLineParser:
         "one thread is the steady figure on a machine other jobs share (default: torch's)",
     )
     return parser
+
+
+def guard_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m benchmarks.guard",
+        description="The speed guard (make bench-guard): a short part 2 of the bench, compared "
+        "with the kept reference; exit code 1 when a setting fell (benchmarks/guard.py).",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="write this run as the new reference (by default the reference is only read)",
+    )
+    parser.add_argument(
+        "--reference",
+        default="results/guard.json",
+        help="the reference to compare with; its .md table is written beside it",
+    )
+    parser.add_argument("--pairs", type=integer(2), default=6, help="A B pairs per setting")
+    return parser

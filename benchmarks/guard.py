@@ -1,0 +1,220 @@
+"""`make bench-guard`: the speed guard. A few minutes of the bench's part 2, compared with a
+reference the repository keeps (results/guard.json), so that a change to the round that costs
+speed shows up the day it is made. Run it after every change to the round.
+
+What it runs: B = 1, one thread for the rounds, rounds compiled ahead of time (aot) as the bench
+compiles them, on held-out prompts. Each setting in SETTINGS is paired with K = 0 and the two run
+interleaved, A B A B (bench_proposers.paired_row, the proposer table's pairing), and each pair
+gives one speedup; a setting reports the median, min and max of its pairs' speedups.
+
+The rule: a setting FELL when the new run's largest speedup lies below the reference's smallest,
+new max < reference min: the two runs' min-max intervals do not overlap, the new one below.
+When nothing has changed, the m + n speedups of the two runs are exchangeable, and all n new ones
+fall below all m reference ones with probability 1 / C(m + n, n) (1 / 924 for 6 pairs each), so
+a false alarm is rare whatever the distribution of the ratios. The price is sensitivity: a fall
+smaller than the runs' own spread passes; the guard catches a round that got clearly slower,
+and the bench's intervals (benchmarks/spread.py) are the tool for a small difference.
+
+The reference is read first and written only with --update (or when there is none yet), so it
+changes only on purpose; results/guard.md beside it is its table. The exit code is 1 when a
+setting fell, 0 otherwise; with --update it is 0, since the new figures are taken as they are.
+
+Nothing at the top of this module imports torch: the flags and the comparison stay light (the
+comparison's test feeds it dicts), and the measurement imports the library when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from benchmarks.flags import guard_parser
+from benchmarks.spread import format_spread
+
+# (temperature, K): K = 4 and auto at T = 0 and 1, and K = 8, the best fixed K at T = 0 in
+# results/bench.md. Auto's widths (0, 2, 4, 8) include 4 and 8, so the three T = 0 settings
+# share their compiled graphs and K = 8 costs only its pairs.
+SETTINGS: tuple[tuple[float, int | str], ...] = (
+    (0.0, 4),
+    (0.0, 8),
+    (0.0, "auto"),
+    (1.0, 4),
+    (1.0, "auto"),
+)
+PROMPTS, MAX_NEW_TOKENS, THREADS = 4, 96, 1
+COMMAND = "make bench-guard"
+
+
+def setting_name(temperature: float, k: int | str) -> str:
+    return f"T={temperature:g} K={k}"
+
+
+def fell(reference: dict, new: dict) -> bool:
+    """Whether the new speedups lie wholly below the reference's: new max < reference min.
+    Both are spread() dicts (median, min, max)."""
+    return new["max"] < reference["min"]
+
+
+def compare(reference: dict | None, new: dict) -> list[dict]:
+    """One line per setting of the new run: {"setting", "reference", "new", "fell"}, where
+    "reference" is None for a setting the reference lacks (it cannot fall) and "fell" is the
+    rule of fell(). reference and new are guard.json's dicts (their "settings" are read)."""
+    known = (reference or {}).get("settings", {})
+    lines = []
+    for name, row in new["settings"].items():
+        ref = known.get(name)
+        lines.append(
+            {
+                "setting": name,
+                "reference": ref["speedup"] if ref else None,
+                "new": row["speedup"],
+                "fell": bool(ref) and fell(ref["speedup"], row["speedup"]),
+            }
+        )
+    return lines
+
+
+def format_comparison(lines: list[dict]) -> str:
+    out = []
+    for line in lines:
+        ref = line["reference"]
+        before = format_spread(dict(ref, interval=None)) if ref else "no reference"
+        after = format_spread(dict(line["new"], interval=None))
+        verdict = "  FELL" if line["fell"] else ""
+        out.append(f"  {line['setting']:<12} reference {before:<20} new {after}{verdict}")
+    return "\n".join(out)
+
+
+def mismatches(reference: dict, new: dict) -> list[str]:
+    """What differs between the two runs' conditions beyond the code: a comparison across
+    machines, torch builds or workloads says little about the round."""
+    notes = []
+    for key in ("prompts", "max_new_tokens", "threads", "pairs"):
+        if reference.get(key) != new.get(key):
+            notes.append(f"{key}: {reference.get(key)} then, {new.get(key)} now")
+    for key in ("cpu", "cores", "torch"):
+        then, now = reference.get("machine", {}).get(key), new["machine"].get(key)
+        if then != now:
+            notes.append(f"{key}: {then} then, {now} now")
+    return notes
+
+
+def commit() -> dict:
+    """The commit measured, and whether tracked files differed from it."""
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+        return done.stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "-s", "-uno"))}
+
+
+def measure(pairs: int) -> dict:
+    """Every setting of SETTINGS against K = 0, as guard.json's dict."""
+    import torch
+
+    from benchmarks.bench_proposers import paired_row
+    from benchmarks.bench_sampler import machine
+    from minispec.api import load_decoder
+    from minispec.commands.prompts import held_out_prompts
+    from minispec.params import SpeculativeConfig
+    from model import tokenizer
+
+    torch.set_num_threads(THREADS)
+    start = time.perf_counter()
+    decoder = load_decoder(device="cpu", compile="aot")
+    texts = held_out_prompts(PROMPTS)
+    prompts = [tokenizer.encode(t) for t in texts]
+    report = {
+        "command": COMMAND,
+        "machine": machine(torch.device("cpu"), THREADS),
+        **commit(),
+        "compile_mode": "aot",
+        "batch_size": 1,
+        "threads": THREADS,
+        "prompts": PROMPTS,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "pairs": pairs,
+        "settings": {},
+    }
+    for temperature, k in SETTINGS:
+        row = paired_row(
+            decoder, prompts, SpeculativeConfig(k), temperature, MAX_NEW_TOKENS, pairs, batch=False
+        )
+        name = setting_name(temperature, k)
+        report["settings"][name] = {
+            "temperature": temperature,
+            "K": k,
+            "speedup": row["speedup"],
+            "pairs": pairs,
+            "tokens_per_s": row["tokens_per_s"],
+            "alpha": row["alpha"],
+            "k_histogram": row["k_histogram"],
+        }
+        print(f"  {name:<12} {format_spread(row['speedup'])}", flush=True)
+    report["wall_s"] = round(time.perf_counter() - start, 1)
+    return report
+
+
+def render_markdown(report: dict) -> str:
+    m = report["machine"]
+    dirty = ", with uncommitted changes" if report.get("dirty") else ""
+    lines = [
+        "# Speed guard reference\n",
+        f"Made by `{report['command']} ARGS=--update` (benchmarks/guard.py); "
+        "docs/benchmarks.md says how the guard compares a run with it.\n",
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, load average "
+        f"{m.get('load_average_at_start', '-')} at the start; commit "
+        f"{(report.get('commit') or 'unknown')[:12]}{dirty}. B = 1, {report['threads']} thread, "
+        f"rounds compiled {report['compile_mode']}; {report['max_new_tokens']} new tokens for "
+        f"each of {report['prompts']} held-out prompts; each setting is {report['pairs']} "
+        f"interleaved pairs against K = 0. The run took {report['wall_s']:.0f} s.\n",
+        "| T | K | speedup median (min-max) | pairs | tok/s | alpha |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in report["settings"].values():
+        s = row["speedup"]
+        lines.append(
+            f"| {row['temperature']:g} | {row['K']} | {s['median']:.2f}x "
+            f"({s['min']:.2f}-{s['max']:.2f}) | {row['pairs']} | {row['tokens_per_s']:.1f} | "
+            f"{row['alpha']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    args = guard_parser().parse_args(argv)
+    path = Path(args.reference)
+    reference = json.loads(path.read_text()) if path.exists() else None
+    print(f"reference: {path if reference else 'none yet'}", flush=True)
+    new = measure(args.pairs)
+    lines = compare(reference, new)
+    print(
+        f"speedup over K = 0, median (min-max); FELL: new max < reference min\n"
+        f"{format_comparison(lines)}"
+    )
+    for note in mismatches(reference, new) if reference else []:
+        print(f"  note: the runs differ in {note}")
+    print(f"guard run: {new['wall_s']:.0f} s")
+    if args.update or reference is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(new, indent=2) + "\n")
+        path.with_suffix(".md").write_text(render_markdown(new))
+        print(f"wrote {path} and {path.with_suffix('.md')}")
+        return 0
+    fallen = [line["setting"] for line in lines if line["fell"]]
+    if fallen:
+        print(f"FELL: {', '.join(fallen)} (reference kept; --update replaces it)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    from minispec.commands.front_door import run
+
+    raise SystemExit(run(main))
