@@ -49,7 +49,7 @@ from benchmarks.flags import OWN_REPORT, PARTS, sampler_parser
 from benchmarks.spread import format_spread, spread
 from minispec.api import load_decoder
 from minispec.commands.prompts import held_out_prompts
-from minispec.compiled import compile_fn
+from minispec.compilation import compile_round
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SpeculativeConfig
 from minispec.stats import DecodeStats, predicted_speedup
@@ -107,7 +107,7 @@ def step_times(
     rounds, timed interleaved (T1 T2 T1 T2), median/min/max of `repeats` each."""
     model.setup_cache(1)
     device = model.embed.weight.device
-    step = compile_fn(model, "step", compile, device, torch.nn.ModuleList([model]), "bench step")
+    step = compile_round(model, "step", compile, device, torch.nn.ModuleList([model]), "bench step")
     inputs = {
         t: (torch.zeros(1, t, dtype=torch.long), position + torch.arange(t)[None]) for t in widths
     }

@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from minispec.compiled import read_manifest
-from minispec.tiers import builder_running, queued
+from minispec.compilation.builder import builder_running, queued
+from minispec.compilation.packages import read_manifest
 
 SCENARIOS = (  # (label, cache state, decode's extra arguments)
     ("default, --no-compile", "none", ["--no-compile"]),

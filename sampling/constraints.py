@@ -217,7 +217,8 @@ COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_si
 def jit(fn: Callable, **options) -> Callable:
     """torch.compile(fn) with COMPILE_OPTIONS (and `options` added to Inductor's). Called on first
     use, never at import: importing torch.compile's machinery (Dynamo) takes about a second, which
-    a process that only loads ahead-of-time packages (minispec/compiled.py) then never pays."""
+    a process that only loads ahead-of-time packages (minispec/compilation/aot.py) then never
+    pays."""
     # Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under
     # fullgraph, fails past it. Here every (shapes, one-hot or not, filters on, method, thread
     # count) is a graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.

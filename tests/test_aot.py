@@ -1,7 +1,7 @@
-"""compile="aot": the rounds as AOTInductor packages (minispec/compiled.py's AheadOfTime) decode
-token for token as the eager rounds do, write the models' KV caches in place, and a second
-decoder loads the packages from disk instead of exporting and compiling them again, unless its
-weights differ (a package carries its weights, frozen).
+"""compile="aot": the rounds as AOTInductor packages (minispec/compilation/aot.py's
+AheadOfTime) decode token for token as the eager rounds do, write the models' KV caches in
+place, and a second decoder loads the packages from disk instead of exporting and compiling
+them again, unless its weights differ (a package carries its weights, frozen).
 
 Compiling a package costs a minute or more even for these tiny models, so the test compiles
 one graph once, in a builder process (compile="auto"), which a decoder with compile="aot" then
@@ -26,10 +26,12 @@ from _enumerate import (
 )
 from torch.utils._pytree import tree_flatten
 
-import minispec.compiled
-import minispec.tiers
+import minispec.compilation.aot
+import minispec.compilation.builder
+import minispec.compilation.packages
 from minispec.adaptive import AdaptiveConfig
-from minispec.compiled import AheadOfTime, Announced
+from minispec.compilation.announce import Announced
+from minispec.compilation.aot import AheadOfTime
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats
@@ -76,7 +78,7 @@ def wait_for_packages(folder: Path, count: int, timeout: float = 1200) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         built = len(list(folder.glob("*.pt2")))
-        if built >= count and not minispec.tiers.builder_running(folder):
+        if built >= count and not minispec.compilation.builder.builder_running(folder):
             return
         time.sleep(1)
     log = folder / "builder.log"
@@ -98,13 +100,13 @@ def test_aot_rounds_equal_eager_and_load_from_disk(tmp_path: Path, monkeypatch) 
     """compile="auto" decodes eagerly and starts a builder process, which compiles the package
     (the real C++ compile, once); a decoder with compile="aot" then loads it and decodes as
     the eager rounds do."""
-    monkeypatch.setattr(minispec.compiled, "aot_folder", lambda: tmp_path)
+    monkeypatch.setattr(minispec.compilation.packages, "aot_folder", lambda: tmp_path)
     # The test waits for the builder: it must not yield the CPU to the other test worker.
     monkeypatch.setenv("MINISPEC_BUILDER_NICENESS", "0")
     # The package's C++ wrapper unoptimised: what is tested is the bookkeeping, not its speed.
     # Set in the options the request carries, so that the builder process uses it too.
     monkeypatch.setitem(
-        minispec.compiled.PACKAGE_OPTIONS, "aot_inductor.compile_wrapper_opt_level", "O0"
+        minispec.compilation.aot.PACKAGE_OPTIONS, "aot_inductor.compile_wrapper_opt_level", "O0"
     )
     target = random_gpt(16, 3, scale=1.5, dtype=torch.float64, max_seq_len=16)
     draft = perturbed_copy(target, 4, mix=0.3)
@@ -204,7 +206,7 @@ def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
     dead = tmp_path / "oldest.456.tmp.pt2"
     dead.write_bytes(b"x")
     os.utime(dead, (0, 0))
-    minispec.compiled.prune(tmp_path, keep=2)
+    minispec.compilation.packages.prune(tmp_path, keep=2)
     kept = [f"{name}{suffix}" for name in ("new", "mid") for suffix in (".pt2", ".spec", ".json")]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, writing.name])
 

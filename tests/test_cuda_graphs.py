@@ -10,8 +10,8 @@ from typing import NamedTuple
 import torch
 from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401
 
-from minispec.compilation.cuda_graphs import CudaGraphs
 from minispec.compilation import Announced
+from minispec.compilation.cuda_graphs import CudaGraphs
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 

@@ -23,7 +23,7 @@ from _enumerate import (
 )
 
 import minispec.adaptive
-import minispec.compiled
+import minispec.compilation.announce
 import minispec.decode as decode
 import minispec.policies.adaptive
 import minispec.rng
@@ -607,12 +607,12 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     decoder. The compile is
     a stand-in that takes 2 s on the first call of each graph, so that the test costs seconds,
     not Inductor's minutes; what is tested is the loop's bookkeeping around it."""
-    monkeypatch.setattr(minispec.compiled.Announced, "seen", set())
+    monkeypatch.setattr(minispec.compilation.announce.Announced, "seen", set())
     graphs: set[tuple] = set()
 
     def slow_first_call(fn, **options):
         def run(*args, **kwargs):
-            key = minispec.compiled.describe(args, kwargs)
+            key = minispec.compilation.announce.describe(args, kwargs)
             if key not in graphs:
                 graphs.add(key)
                 time.sleep(2.0)
@@ -620,7 +620,7 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
 
         return run
 
-    monkeypatch.setattr(minispec.compiled.torch, "compile", slow_first_call)
+    monkeypatch.setattr(torch, "compile", slow_first_call)
     observed = record_round_times(monkeypatch)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
     prompt, _ = request(0)
@@ -641,17 +641,17 @@ def test_greedy_and_sampled_calls_share_the_round_graph(monkeypatch: pytest.Monk
     batch size); explicit "greedy" drafts stay a graph of their own. Adaptive K keeps the
     greedy calls' measurements apart from the others'. The compile is a stand-in that records
     each call's graph key (nothing is compiled)."""
-    monkeypatch.setattr(minispec.compiled.Announced, "seen", set())
+    monkeypatch.setattr(minispec.compilation.announce.Announced, "seen", set())
     keys: list[tuple] = []
 
     def recording_compile(fn, **options):
         def run(*args, **kwargs):
-            keys.append(minispec.compiled.describe(args, kwargs))
+            keys.append(minispec.compilation.announce.describe(args, kwargs))
             return fn(*args, **kwargs)
 
         return run
 
-    monkeypatch.setattr(minispec.compiled.torch, "compile", recording_compile)
+    monkeypatch.setattr(torch, "compile", recording_compile)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=True)
     prompt, _ = request(0)
 

@@ -1,4 +1,4 @@
-"""Fault injection on the package cache (minispec/compiled.py, minispec/tiers.py): a package
+"""Fault injection on the package cache (minispec/compilation/): a package
 that is corrupt, truncated, empty, without its checksum or with a garbage .spec is never run:
 it is removed and rebuilt, with one line saying so; an unwritable cache is one line naming it,
 and the calls run eagerly; two processes building the same package both succeed and leave one
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import minispec.compiled
-import minispec.tiers
-from minispec.compiled import AheadOfTime, check_package
+import minispec.compilation.builder
+import minispec.compilation.packages
+from minispec.compilation.aot import AheadOfTime
+from minispec.compilation.packages import check_package
 
 
 def double_plus_cache(x: torch.Tensor) -> tuple[torch.Tensor]:
@@ -40,8 +41,8 @@ def export_load(path: Path):
 
 @pytest.fixture(autouse=True)
 def exported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(minispec.compiled, "compile_package", export_compile)
-    monkeypatch.setattr(minispec.compiled, "load_runner", export_load)
+    monkeypatch.setattr(minispec.compilation.packages, "compile_package", export_compile)
+    monkeypatch.setattr(minispec.compilation.packages, "load_runner", export_load)
 
 
 def make(folder: Path, background: bool = False) -> AheadOfTime:
@@ -105,7 +106,7 @@ def test_a_bad_package_is_asked_for_again_in_the_background(tmp_path: Path, monk
     (package,) = tmp_path.glob("*.pt2")
     package.write_bytes(b"")
     started = []
-    monkeypatch.setattr(minispec.tiers, "start_builder", started.append)
+    monkeypatch.setattr(minispec.compilation.builder, "start_builder", started.append)
     tiered = make(tmp_path, background=True)
     assert torch.equal(tiered(X)[0], 2 * X)  # eager
     assert not package.exists() and started == [tmp_path]
@@ -139,15 +140,15 @@ import sys, time
 from pathlib import Path
 import torch
 sys.path.insert(0, {tests!r})
-import minispec.compiled
+import minispec.compilation.packages
 import test_package_integrity as t
 
 def slow_compile(program, package_path, options):
     time.sleep(1.0)  # both processes are inside the build at once
     t.export_compile(program, package_path, options)
 
-minispec.compiled.compile_package = slow_compile
-minispec.compiled.load_runner = t.export_load
+minispec.compilation.packages.compile_package = slow_compile
+minispec.compilation.packages.load_runner = t.export_load
 print(t.make(Path({folder!r}))(t.X)[0].tolist())
 """
 
@@ -173,10 +174,10 @@ def test_a_busy_lock_leaves_the_queue_to_its_builder(tmp_path: Path) -> None:
     request.write_bytes(b"queued")
     with open(tmp_path / "builder.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        assert minispec.tiers.builder_running(tmp_path)
-        assert minispec.tiers.main([str(tmp_path)]) == 0
+        assert minispec.compilation.builder.builder_running(tmp_path)
+        assert minispec.compilation.builder.main([str(tmp_path)]) == 0
         assert request.exists()
-    assert not minispec.tiers.builder_running(tmp_path)
+    assert not minispec.compilation.builder.builder_running(tmp_path)
 
 
 def test_a_bad_request_is_logged_and_dropped(tmp_path: Path, capsys) -> None:
@@ -187,14 +188,14 @@ def test_a_bad_request_is_logged_and_dropped(tmp_path: Path, capsys) -> None:
     bad.write_bytes(b"not a request")
     aot = make(tmp_path, background=True)
     started = []
-    minispec_start = minispec.tiers.start_builder
+    minispec_start = minispec.compilation.builder.start_builder
     try:
-        minispec.tiers.start_builder = started.append
+        minispec.compilation.builder.start_builder = started.append
         aot(X)  # queues a good request after the bad one
     finally:
-        minispec.tiers.start_builder = minispec_start
+        minispec.compilation.builder.start_builder = minispec_start
     assert started == [tmp_path]
-    assert minispec.tiers.main([str(tmp_path)]) == 0
+    assert minispec.compilation.builder.main([str(tmp_path)]) == 0
     assert not list((tmp_path / "requests").iterdir())
     assert "Traceback" in capsys.readouterr().err  # the bad one, in the builder's log
     assert torch.equal(aot(X)[0], 2 * X)

@@ -1,7 +1,7 @@
-"""Tiers (minispec/tiers.py): with compile="auto" a round runs eagerly while its package is built
-elsewhere, and the package takes over at a round boundary.
+"""Tiers (minispec/compilation/builder.py): with compile="auto" a round runs eagerly while its
+package is built elsewhere, and the package takes over at a round boundary.
 
-The switch is forced in-process: the builder's own queue runner (tiers.build_queue) is called
+The switch is forced in-process: the builder's own queue runner (builder.build_queue) is called
 after a set number of rounds, with the AOTInductor compile replaced by torch.export's saved
 program (run by torch's interpreter: a second tier that costs seconds, not minutes). What is
 tested is the loop and the handover - the request's serialisation, the package's inputs and
@@ -23,8 +23,8 @@ from _enumerate import (
     sequence_law,
 )
 
-import minispec.compiled
-import minispec.tiers
+import minispec.compilation.builder
+import minispec.compilation.packages
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 
@@ -37,7 +37,7 @@ PROMPTS = [[1, 2], [3, 4, 5]]
 def exported_tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """Packages in tmp_path, "compiled" by torch.export.save and run by torch.export.load; the
     builder process is not started, only counted; and each package's calls are counted."""
-    monkeypatch.setattr(minispec.compiled, "aot_folder", lambda: tmp_path)
+    monkeypatch.setattr(minispec.compilation.packages, "aot_folder", lambda: tmp_path)
     seen = {"builders": 0, "package_calls": 0, "folder": tmp_path}
 
     def save(program, package_path: Path, options: dict) -> None:
@@ -55,9 +55,9 @@ def exported_tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     def start_builder(folder: Path) -> None:
         seen["builders"] += 1
 
-    monkeypatch.setattr(minispec.compiled, "compile_package", save)
-    monkeypatch.setattr(minispec.compiled, "load_runner", load)
-    monkeypatch.setattr(minispec.tiers, "start_builder", start_builder)
+    monkeypatch.setattr(minispec.compilation.packages, "compile_package", save)
+    monkeypatch.setattr(minispec.compilation.packages, "load_runner", load)
+    monkeypatch.setattr(minispec.compilation.builder, "start_builder", start_builder)
     return seen
 
 
@@ -71,7 +71,7 @@ def build_after(monkeypatch: pytest.MonkeyPatch, rounds: int, folder: Path) -> l
         decode_round(self, run)
         done.append(1)
         if len(done) == rounds:
-            minispec.tiers.build_queue(folder)
+            minispec.compilation.builder.build_queue(folder)
 
     monkeypatch.setattr(SpeculativeDecoder, "decode_round", counted)
     return done

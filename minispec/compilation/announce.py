@@ -1,0 +1,132 @@
+"""Compiling with a voice: announce each graph as it compiles, so a cold start never looks hung.
+
+Every distinct input shape (and static argument: K, the methods) of a compiled callable is its
+own graph: we compile with dynamic=False so that each shape gets a static, fully specialised
+kernel. The one exception is a callable's `dynamic_arg`, a 1-D tensor whose length changes from
+call to call (the round's key_positions, the KV cache slots attention reads): its length is a
+dynamic size, so one graph serves every length. The first call with a new shape is where
+Inductor spends seconds to a minute generating and building C++ (or Triton); Announced prints a
+line before it and the time after it, and each call of a compiled function is one guard check.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from minispec.compilation.cuda_graphs import CudaGraphs
+
+
+def describe(args: tuple, kwargs: dict) -> tuple:
+    """The distinct shapes of the tensors in args and the other kwargs' values: a graph's key."""
+    shapes = tuple(
+        dict.fromkeys(
+            "x".join(map(str, t.shape)) for t in tree_leaves(args) if isinstance(t, torch.Tensor)
+        )
+    )  # distinct, in order
+    statics = tuple(
+        f"{k}={v}" for k, v in sorted(kwargs.items()) if not isinstance(v, torch.Tensor)
+    )
+    return shapes + statics
+
+
+def without_dynamic(args: tuple, dynamic_arg: int | None) -> tuple:
+    """args with the dynamic one (if any) left out: what tells one graph from another."""
+    if dynamic_arg is None or dynamic_arg >= len(args):
+        return args
+    return args[:dynamic_arg] + (None,) + args[dynamic_arg + 1 :]
+
+
+def the_dynamic(args: tuple, dynamic_arg: int | None) -> torch.Tensor | None:
+    """The dynamic argument, a 1-D tensor, or None (no dynamic_arg, or not passed)."""
+    return args[dynamic_arg] if dynamic_arg is not None and dynamic_arg < len(args) else None
+
+
+class Announced:
+    """Call `fn` (compiled or not); when `announce` is set, say in one line when a call compiles
+    a graph, and how long it took. A `fn` with `announces_itself` set (AheadOfTime: it knows
+    whether a call built, loaded or ran eagerly) speaks for itself and says whether its last
+    call compiled (compiled_last) and ran compiled code (ran_package). A compiled `fn` takes its
+    positional argument `dynamic_arg` (if any) with a dynamic length (mark_dynamic): one graph,
+    and one announcement, for every length."""
+
+    seen: set[tuple] = set()  # shared: a graph compiled for one decoder serves the next
+
+    def __init__(
+        self,
+        fn: Callable,
+        name: str,
+        announce: bool,
+        dynamic_arg: int | None = None,
+    ) -> None:
+        self.fn, self.name, self.announce = fn, name, announce
+        self.dynamic_arg = dynamic_arg if announce else None  # eager code has no graph
+        # Asked of the object rather than of its class, so that this module need not import
+        # the ahead-of-time back end (which announces with this module's helpers).
+        self.speaks_for_itself = getattr(fn, "announces_itself", False)
+        # Whether the last call compiled or loaded a graph: its time is not a round's.
+        self.compiled_last = False
+
+    @property
+    def ran_compiled(self) -> bool:
+        """Whether the last call ran compiled code: an announced graph does (eager code is not
+        announced); a `fn` that speaks for itself, when the call ran its package, not its eager
+        tier."""
+        if self.speaks_for_itself:
+            return self.fn.ran_package
+        return self.announce
+
+    def __call__(self, *args, **kwargs):
+        if self.speaks_for_itself:
+            out = self.fn(*args, **kwargs)
+            self.compiled_last = self.fn.compiled_last
+            return out
+        key = (self.name, *describe(without_dynamic(args, self.dynamic_arg), kwargs))
+        self.compiled_last = self.announce and key not in Announced.seen
+        if (dynamic := the_dynamic(args, self.dynamic_arg)) is not None:
+            # Marked on every call: a call that compiles (a new K) must see the mark too.
+            torch._dynamo.mark_dynamic(dynamic, 0)
+        if not self.compiled_last:
+            # The plain call inline: one frame less between the loop and the round.
+            out = self.fn(*args, **kwargs)
+        else:
+            with compiling(in_words(self.name, args, kwargs)):
+                out = self.fn(*args, **kwargs)
+            Announced.seen.add(key)
+        if isinstance(self.fn, CudaGraphs):  # a new decoder captures its own graphs
+            self.compiled_last = self.fn.compiled_last
+        return out
+
+
+@contextmanager
+def compiling(what: str) -> Iterator[None]:
+    """The one line a foreground compile prints: what, then how long it took."""
+    print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    yield
+    print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+def in_words(name: str, args: tuple, kwargs: dict, widths: tuple[int, ...] = ()) -> str:
+    """A graph as a user knows it, e.g. "round, B = 1, K = 4, draft model, greedy drafts";
+    `widths`: several graphs that differ only in K ("K = 0, 2, 4, 8")."""
+    kind, _, proposer = name.partition("[")
+    words = [kind]
+    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor) and t.dim()]
+    if tensors:
+        words.append(f"B = {tensors[0].shape[0]}")
+    if "num_speculative_tokens" in kwargs:
+        k = ", ".join(map(str, widths or (kwargs["num_speculative_tokens"],)))
+        words.append(f"K = {k}")
+    if proposer and max(widths or (kwargs.get("num_speculative_tokens", 1),)):
+        words.append(proposer.rstrip("]").replace("_", " "))
+        if kwargs.get("draft_sample_method"):
+            words.append(f"{kwargs['draft_sample_method']} drafts")
+        if kwargs.get("rejection_sample_method", "standard") != "standard":
+            words.append(f"{kwargs['rejection_sample_method']} verification")
+    return ", ".join(words)
