@@ -20,10 +20,10 @@ from dataclasses import fields
 from itertools import zip_longest
 
 from benchmarks.spread import format_spread, spread
-from minispec.adaptive import AdaptiveConfig
 from minispec.commands.prompts import edit_prompts
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
+from minispec.policies.width_choice import AdaptiveConfig
 from minispec.stats import DecodeStats
 from model import tokenizer
 

@@ -5,15 +5,11 @@ wrong type) that names it; the API and the command line rely on these checks."""
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING
 
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.proposers import PROPOSERS
+from minispec.proposers import PROPOSERS, SuffixIndex
 from model.gpt import GPT
 from model.tokenizer import BOS_TOKEN_ID, VOCAB_SIZE
-
-if TYPE_CHECKING:
-    from minispec.decode import SpeculativeDecoder
 
 
 def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill_threads) -> None:
@@ -48,23 +44,30 @@ def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill
 
 
 def check_request(
-    decoder: SpeculativeDecoder,
     prompts: list[list[int]],
     params: list[SamplingParams],
     spec: SpeculativeConfig,
+    *,
+    target: GPT,
+    draft: GPT | None,
+    suffix_index: SuffixIndex | None,
+    context: int,
 ) -> None:
     """One generate() call's prompts (token ids), SamplingParams and SpeculativeConfig, against
-    what the decoder holds: its proposer's needs, the vocabulary and the context."""
+    what the decoder holds: a draft model and a suffix index for the proposers that need them,
+    the target (its vocabulary), and the context in tokens. Passed one by one rather than as
+    the decoder, so that the decoder imports this module and not the other way round."""
     spec.validate()
     k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
-    if k > 0 and needs is not None and getattr(decoder, needs) is None:
+    held = {"draft": draft, "suffix_index": suffix_index}
+    if k > 0 and needs is not None and held[needs] is None:
         raise ValueError(f"proposer {spec.proposer!r} needs SpeculativeDecoder(..., {needs}=...)")
     if not prompts or len(params) != len(prompts):
         raise ValueError(
             f"params must hold one SamplingParams per prompt: got {len(params)} for "
             f"{len(prompts)} prompts"
         )
-    vocab, context = decoder.target.config.vocab_size, decoder.max_seq_len
+    vocab = target.config.vocab_size
     for i, (prompt, p) in enumerate(zip(prompts, params)):
         p.validate()
         if len(prompt) < 2:  # BOS plus at least one token
@@ -73,7 +76,7 @@ def check_request(
             raise ValueError(f"prompt {i} has token ids that are not ints")
         if any(not 0 <= t < vocab for t in prompt):
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab})")
-        if (bos := known_bos(decoder)) is not None and prompt[0] != bos:
+        if (bos := known_bos(target)) is not None and prompt[0] != bos:
             raise ValueError(
                 f"prompt {i} does not start with BOS (id {bos}): encode text with "
                 f"model.tokenizer.encode, which puts BOS first"
@@ -86,9 +89,9 @@ def check_request(
             )
 
 
-def known_bos(decoder: SpeculativeDecoder) -> int | None:
+def known_bos(target: GPT) -> int | None:
     """The id every prompt must start with, where the vocabulary tells it: for a byte-vocabulary
     model (every minispec checkpoint and exported folder), the byte tokenizer's BOS, which began
     every training document. A Hugging Face folder's tokenizer may put another BOS first or none
     at all (GPT-2's adds none), so its prompts are taken as that tokenizer made them: None."""
-    return BOS_TOKEN_ID if decoder.target.config.vocab_size == VOCAB_SIZE else None
+    return BOS_TOKEN_ID if target.config.vocab_size == VOCAB_SIZE else None

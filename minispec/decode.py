@@ -27,10 +27,10 @@ from minispec.compilation import Announced, compile_round
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies import Policy
-from minispec.policies.adaptive import AdaptivePolicy
+from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
 from minispec.proposers import PROPOSERS, HostProposer, Proposer, SuffixIndex
-from minispec.round import speculative_round
+from minispec.round import RoundState, speculative_round
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
 from minispec.threads import prefill_threads
@@ -42,8 +42,9 @@ from sampling.constraints import RowConstraints
 # rounded up to a multiple of this (at most max_seq_len): the reads follow the rows' length
 # rather than the cache's, and logits stay bit-equal to a whole-cache read (tests/test_model.py).
 KV_BUCKET = 64
-# The round's positional arguments: state, constraints, host_proposal, relative_times, then
-# key_positions, the one whose length changes from round to round (compile_round's dynamic_arg).
+# The round's positional arguments: the carried RoundState, constraints, host_proposal,
+# relative_times, then key_positions, the one whose length changes from round to round
+# (compile_round's dynamic_arg).
 KEY_POSITIONS_ARG = 4
 
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
@@ -64,7 +65,7 @@ class DecodeRun:
     host_proposer: HostProposer | None  # proposes on the host, between rounds
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     policy: Policy  # chooses each round's K
-    state: LoopState
+    state: RoundState  # the batch's LoopState, and what the policy carries through the rounds
     constraints: RowConstraints
     stats: DecodeStats
     on_tokens: OnTokens | None
@@ -115,7 +116,7 @@ class SpeculativeDecoder:
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
         self.rounds: dict[tuple, tuple[Proposer | HostProposer, Announced]] = {}
         # What policies keep across calls: adaptive K's measurements per graph family.
-        self.families: dict[tuple, object] = {}
+        self.families: dict[tuple, FamilyMeasurements] = {}
         self.lock = threading.Lock()  # one generate() at a time (see generate)
 
     def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Announced]:
@@ -208,14 +209,22 @@ class SpeculativeDecoder:
         """
         if not isinstance(warm_up, bool):
             raise TypeError(f"warm_up must be True or False, got {type(warm_up).__name__}")
-        check_request(self, prompts, params, spec)
+        check_request(
+            prompts,
+            params,
+            spec,
+            target=self.target,
+            draft=self.draft,
+            suffix_index=self.suffix_index,
+            context=self.max_seq_len,
+        )
         # The models' KV caches are this decoder's one working memory: two calls interleaving
         # their rounds would overwrite each other's entries. Calls from several threads wait.
         with self.lock, torch.no_grad():
             run = self.start_run(prompts, params, spec, on_tokens, warm_up)
             while not run.done:
                 self.decode_round(run)
-            collect(run.state, run.stats)
+            collect(run.state.loop, run.stats)
             run.policy.finish(run.stats)
         return GenerationOutput(run.outputs, run.origins, run.stats)
 
@@ -230,7 +239,15 @@ class SpeculativeDecoder:
         """Everything the rounds of one call share: the policy, the compiled round with its
         static arguments bound, and the prefilled state."""
         if spec.num_speculative_tokens == "auto":
-            policy = AdaptivePolicy.for_call(self, spec, params, warm_up)
+            policy = AdaptivePolicy.for_call(
+                self.families,
+                spec,
+                params,
+                warm_up,
+                target=self.target,
+                draft=self.draft,
+                device=self.device,
+            )
         else:
             policy = FixedK(spec.num_speculative_tokens, warm_up)
         widest = max(spec.widths)
@@ -246,7 +263,8 @@ class SpeculativeDecoder:
         )
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
-        state = policy.prepare(self.prefill(prompts, params, widest, uses_draft))
+        loop = self.prefill(prompts, params, widest, uses_draft)
+        state = RoundState(loop, policy.prepare(loop))
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(
             run_round=run_round,
@@ -277,7 +295,7 @@ class SpeculativeDecoder:
             run.stats.time_lookup += time.perf_counter() - start
         if k and run.uses_draft and run.draft_behind:
             catch_up = time.perf_counter()
-            self.catch_up_draft(run.state, run.draft_behind, longest)
+            self.catch_up_draft(run.state.loop, run.draft_behind, longest)
             catch_up, run.draft_behind = time.perf_counter() - catch_up, 0
         run.state, snapshot = run.run_round(
             run.state,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minispec.adaptive import AdaptiveConfig
+from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import PROPOSERS  # the registry: its names are what `proposer` takes
 from sampling.constraints import RowConstraints, normalize_params
 from sampling.rejection import REJECTION_SAMPLE_METHODS
@@ -88,7 +88,7 @@ class SamplingParams:
 @dataclass(slots=True)
 class SpeculativeConfig:
     """How to speculate. num_speculative_tokens = 0 is plain target-only decoding (the baseline);
-    "auto" chooses K each round from adaptive.widths (minispec/adaptive.py)."""
+    "auto" chooses K each round from adaptive.widths (minispec/policies/)."""
 
     num_speculative_tokens: int | str = "auto"
     draft_sample_method: str = "auto"

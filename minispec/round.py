@@ -7,17 +7,21 @@
   verify   the target's logits at [last, x_1..x_K], one (K+1)-token forward
   accept   the rejection sampler: n accepted drafts + 1 corrective or bonus token
   advance  each row moves by its own kept count; statistics accumulate  (minispec/state.py)
-  adapt    with num_speculative_tokens="auto", the next round's K      (minispec/adaptive.py)
+  adapt    with num_speculative_tokens="auto", the next round's K
+           (minispec/policies/width_choice.py)
 It is a pure function of tensors (the models' KV caches aside), so the decoder compiles it into
-one graph per static shape: one call, one guard check, per round. With K = 0 the propose phase
+one graph per static shape: one call, one guard check, per round. What one round hands the next
+is one RoundState, its first argument and first output. With K = 0 the propose phase
 is absent and accept is plain sampling of the target's next token: the baseline.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from minispec.adaptive import AdaptiveConfig, next_width
+from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState, next_width
 from minispec.proposers import DraftSampling, Proposal, Proposer
 from minispec.proposers.draft_model import draw
 from minispec.rng import round_noise
@@ -25,6 +29,17 @@ from minispec.state import LoopState, advance, observe
 from model.gpt import GPT
 from sampling import rejection_sample
 from sampling.constraints import RowConstraints, distribution
+
+
+class RoundState(NamedTuple):
+    """What a round carries to the next: the batch's state and, with adaptive K, the policy's
+    per-row estimates. One structure, so that a back end can keep it from round to round in
+    place (the CUDA graphs' carried state, minispec/compilation/), which takes every leaf for a
+    tensor: without adaptive K the estimates are (), which has no leaves, rather than None,
+    which would be one."""
+
+    loop: LoopState
+    adaptive_state: AdaptiveState | tuple[()] = ()
 
 
 def verify(
@@ -83,7 +98,7 @@ def acceptance_probability(
 def speculative_round(
     target: GPT,
     proposer: Proposer | None,
-    state: LoopState,
+    carried: RoundState,
     constraints: RowConstraints,
     host_proposal: Proposal | None = None,
     relative_times: torch.Tensor | None = None,
@@ -94,13 +109,14 @@ def speculative_round(
     rejection_sample_method: str,
     eos_token_id: int,
     adaptive: AdaptiveConfig | None = None,
-) -> tuple[LoopState, torch.Tensor]:
-    """Algorithm 1 once for every row: returns the next state and the snapshot the host reads
-    (with `adaptive`, its NEXT_WIDTH column is the next round's width, an index into its
-    widths). `proposer` drafts inside the round unless the host proposed (`host_proposal`).
-    `key_positions` [S]: the cache slots the models' forwards read, S past every position the
-    round writes (max(seq_len) + K); None, all of them."""
-    k, vocab_size = num_speculative_tokens, target.config.vocab_size
+) -> tuple[RoundState, torch.Tensor]:
+    """Algorithm 1 once for every row: returns the next RoundState and the snapshot the host
+    reads (with `adaptive`, the round also updates carried.adaptive_state, and the snapshot's
+    NEXT_WIDTH column is the next round's width, an index into adaptive.widths). `proposer`
+    drafts inside the round unless the host proposed (`host_proposal`). `key_positions` [S]:
+    the cache slots the models' forwards read, S past every position the round writes
+    (max(seq_len) + K); None, all of them."""
+    state, k, vocab_size = carried.loop, num_speculative_tokens, target.config.vocab_size
     noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rejection_sample_method)
     proposal = beta = None
     if k:
@@ -117,7 +133,10 @@ def speculative_round(
     num_drafts = None if proposal is None else proposal.num_draft_tokens
     observed = observe(state, num_accepted, num_drafts, beta)
     state, snapshot = advance(state, emitted, num_accepted, num_drafts, observed, eos_token_id)
+    adaptive_state = carried.adaptive_state
     if adaptive is not None:
-        state, choice = next_width(state, observed, adaptive, relative_times)
+        adaptive_state, choice = next_width(
+            state, adaptive_state, observed, adaptive, relative_times
+        )
         snapshot = torch.cat([snapshot, choice.expand(snapshot.shape[0])[:, None]], 1)
-    return state, snapshot
+    return RoundState(state, adaptive_state), snapshot

@@ -35,10 +35,6 @@ class LoopState(NamedTuple):
     position_accepted: torch.Tensor  # [B, K] rounds whose first i+1 drafts were all accepted
     alpha_sum: torch.Tensor  # [B] float64: sum of beta over verified positions
     alpha_count: torch.Tensor  # [B] verified positions
-    # adaptive K's running alpha (minispec/adaptive.py): decayed sums of beta and of positions
-    estimate_sum: torch.Tensor  # [B] float64
-    estimate_weight: torch.Tensor  # [B] float64
-    estimate_prior: torch.Tensor  # [B] float64: where the estimate starts, and drifts back to
 
     @classmethod
     def start(
@@ -48,11 +44,9 @@ class LoopState(NamedTuple):
         max_new_tokens: list[int],
         seeds: list[int],
         num_speculative_tokens: int,
-        prior_alpha: float = 0.0,
     ) -> LoopState:
         """The state before the first round: prompts in place, counters at zero.
-        num_speculative_tokens is the widest K any round will use; prior_alpha, adaptive K's
-        prior for every row (read only by a round that chooses the next K)."""
+        num_speculative_tokens is the widest K any round will use."""
         b, device = tokens.shape[0], tokens.device
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -74,9 +68,6 @@ class LoopState(NamedTuple):
             position_accepted=zeros(num_speculative_tokens),
             alpha_sum=zeros(dtype=torch.float64),
             alpha_count=zeros(),
-            estimate_sum=zeros(dtype=torch.float64),
-            estimate_weight=zeros(dtype=torch.float64),
-            estimate_prior=torch.full((b,), prior_alpha, dtype=torch.float64, device=device),
         )
 
 

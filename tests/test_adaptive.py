@@ -10,12 +10,11 @@ import pytest
 import torch
 from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 
-from minispec.adaptive import (
+from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements, FamilyPrior, RoundTimes
+from minispec.policies.width_choice import (
     AdaptiveConfig,
+    AdaptiveState,
     AlphaEstimate,
-    FamilyMeasurements,
-    FamilyPrior,
-    RoundTimes,
     choose_width,
     current_alpha,
     expected_tokens,
@@ -23,7 +22,6 @@ from minispec.adaptive import (
     next_width,
     update_estimate,
 )
-from minispec.policies.adaptive import AdaptivePolicy
 from minispec.state import LoopState, Observation
 from minispec.stats import predicted_speedup
 
@@ -135,29 +133,25 @@ def test_a_familys_prior_is_what_its_last_calls_measured() -> None:
 
 
 def test_rows_start_from_their_prior_and_drift_back_to_it() -> None:
-    """The round's chooser reads each row's prior from the state, not the configured one: the
-    same rows, with nothing observed yet, draft the most at a prior of 0.95 and not at all at
-    0.3, and a row that stops drafting returns to its prior."""
+    """The round's chooser reads each row's prior from its AdaptiveState, not the configured
+    one: the same rows, with nothing observed yet, draft the most at a prior of 0.95 and not at
+    all at 0.3, and a row that stops drafting returns to its prior."""
     config, b = AdaptiveConfig(prior_alpha=0.7), 2
     times = RoundTimes(c=0.3).relative(config.widths)
     nothing = Observation(torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.float64))
+    state = LoopState.start(torch.zeros(b, 4, dtype=torch.long), [1] * b, [100] * b, [0] * b, 8)
 
-    def start(prior: float) -> LoopState:
-        return LoopState.start(
-            torch.zeros(b, 4, dtype=torch.long), [1] * b, [100] * b, [0] * b, 8, prior
-        )
+    def choice(prior: float) -> int:
+        return config.widths[
+            next_width(state, AdaptiveState.start(b, prior), nothing, config, times)[1]
+        ]
 
-    chosen = {
-        p: config.widths[next_width(start(p), nothing, config, times)[1]] for p in (0.95, 0.3)
-    }
-    assert chosen == {0.95: 8, 0.3: 0}
-    state = start(0.95)._replace(
-        estimate_sum=torch.full((b,), 2.0), estimate_weight=torch.full((b,), 10.0)
-    )
+    assert {p: choice(p) for p in (0.95, 0.3)} == {0.95: 8, 0.3: 0}
+    estimate = AlphaEstimate(torch.full((b,), 2.0), torch.full((b,), 10.0))
+    adaptive_state = AdaptiveState.start(b, 0.95)._replace(estimate=estimate)
     for _ in range(1000):  # idle_decay 0.99 per round without drafts
-        state, _ = next_width(state, nothing, config, times)
-    estimate = AlphaEstimate(state.estimate_sum, state.estimate_weight)
-    alpha = current_alpha(estimate, state.estimate_prior, config.prior_weight)
+        adaptive_state, _ = next_width(state, adaptive_state, nothing, config, times)
+    alpha = current_alpha(adaptive_state.estimate, adaptive_state.prior, config.prior_weight)
     assert alpha.tolist() == pytest.approx([0.95, 0.95], abs=0.01)
 
 

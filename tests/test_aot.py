@@ -29,11 +29,11 @@ from torch.utils._pytree import tree_flatten
 import minispec.compilation.aot
 import minispec.compilation.builder
 import minispec.compilation.packages
-from minispec.adaptive import AdaptiveConfig
 from minispec.compilation.announce import Announced
 from minispec.compilation.aot import AheadOfTime
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.policies.width_choice import AdaptiveConfig
 from minispec.stats import DecodeStats
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -29,14 +29,15 @@ from _enumerate import (
     sequence_law,
 )
 
-import minispec.adaptive
 import minispec.policies.adaptive
+import minispec.policies.width_choice
 import minispec.proposers
 import minispec.proposers.draft_model
-from minispec.adaptive import AdaptiveConfig, RoundTimes
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.policies.adaptive import RoundTimes
+from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import Proposal, Registered, SuffixIndex
 from model import tokenizer
 from model.checkpoint import load_pair
@@ -325,7 +326,7 @@ def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
         chosen.append((len(chosen) + (alpha.sum() * 997).long()) % len(widths))
         return chosen[-1]
 
-    monkeypatch.setattr(minispec.adaptive, "choose_width", by_history)  # inside the round
+    monkeypatch.setattr(minispec.policies.width_choice, "choose_width", by_history)  # in the round
     monkeypatch.setattr(minispec.policies.adaptive, "choose_width", by_history)  # the first K
 
     # Every width timed already: otherwise the first rounds would time the widths in turn

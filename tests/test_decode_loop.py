@@ -22,18 +22,19 @@ from _enumerate import (
     random_gpt,
 )
 
-import minispec.adaptive
 import minispec.compilation.announce
 import minispec.decode as decode
 import minispec.policies.adaptive
+import minispec.policies.width_choice
 import minispec.rng
 import minispec.round
 import minispec.state
-from minispec.adaptive import AdaptiveConfig
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
+from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState
 from minispec.proposers import SuffixIndex, SuffixProposer
+from minispec.round import RoundState
 from minispec.state import LoopState, Snapshot, advance, observe
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
@@ -120,9 +121,6 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
         position_accepted=torch.zeros(b, k, dtype=torch.long),
         alpha_sum=torch.zeros(b, dtype=torch.float64),
         alpha_count=torch.zeros(b, dtype=torch.long),
-        estimate_sum=torch.zeros(b, dtype=torch.float64),
-        estimate_weight=torch.zeros(b, dtype=torch.float64),
-        estimate_prior=torch.full((b,), 0.7, dtype=torch.float64),
     )
     num_drafts = torch.full((b,), k)
     observed = observe(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
@@ -322,7 +320,7 @@ def widths_in_turn(monkeypatch: pytest.MonkeyPatch, schedule: list[int]) -> None
     """Adaptive K's choice replaced by a fixed cycle of width indices (the first round too)."""
     turn = iter(schedule * 100)
     pick = lambda *args, **kwargs: torch.tensor(next(turn))  # noqa: E731
-    monkeypatch.setattr(minispec.adaptive, "choose_width", pick)
+    monkeypatch.setattr(minispec.policies.width_choice, "choose_width", pick)
     monkeypatch.setattr(minispec.policies.adaptive, "choose_width", pick)
 
 
@@ -395,8 +393,8 @@ def test_the_loop_reads_the_device_once_per_round(
     state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
     them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
     tells it, so reads made there do not count. Adaptive K's next width rides in the round's
-    read; the suffix lookup reads the host's own tokens (the first width comes from host
-    tensors, before the first round)."""
+    read; the suffix lookup reads the host's own tokens (the first width and the graph family's
+    prior alpha come from host tensors, before the first round)."""
     reads: list[str] = []
     modules = (decode, minispec.round, minispec.state, minispec.rng, minispec.policies.adaptive)
     loop_files = {m.__file__ for m in modules}
@@ -409,6 +407,7 @@ def test_the_loop_reads_the_device_once_per_round(
                 "prefill",
                 "collect",
                 "first_width",
+                "alpha",  # FamilyPrior.alpha
             ):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
@@ -500,7 +499,7 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
         decoder.compiled_round("draft_model")[0],
-        state,
+        RoundState(state),
         row_constraints(params, decoder.device),
         num_speculative_tokens=k,
         draft_sample_method=method,
@@ -521,7 +520,7 @@ def test_the_adaptive_round_with_a_host_proposal_is_one_graph() -> None:
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
         None,
-        state,
+        RoundState(state, AdaptiveState.start(2, adaptive.prior_alpha)),
         row_constraints(params, decoder.device),
         SuffixProposer(index).host_propose([[1, 2], [3, 4, 5]], 2),
         torch.ones(2, dtype=torch.float64),
@@ -590,13 +589,13 @@ def test_a_tiny_temperature_is_greedy_not_nan() -> None:
 def record_round_times(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float]]:
     """Every (width, seconds) the round-time table is given, not just its smoothed state."""
     observed: list[tuple[int, float]] = []
-    observe = minispec.adaptive.RoundTimes.observe
+    observe = minispec.policies.adaptive.RoundTimes.observe
 
     def recording_observe(self, k: int, seconds: float, previous=None) -> None:
         observed.append((k, seconds))
         observe(self, k, seconds, previous)
 
-    monkeypatch.setattr(minispec.adaptive.RoundTimes, "observe", recording_observe)
+    monkeypatch.setattr(minispec.policies.adaptive.RoundTimes, "observe", recording_observe)
     return observed
 
 
@@ -681,9 +680,9 @@ def test_a_calls_rows_start_from_the_alpha_the_familys_last_call_measured(
     prepare = minispec.policies.adaptive.AdaptivePolicy.prepare
 
     def recording_prepare(self, state):
-        state = prepare(self, state)
-        priors.append(state.estimate_prior.tolist())
-        return state
+        adaptive_state = prepare(self, state)
+        priors.append(adaptive_state.prior.tolist())
+        return adaptive_state
 
     monkeypatch.setattr(minispec.policies.adaptive.AdaptivePolicy, "prepare", recording_prepare)
     params = [SamplingParams(temperature=0.0, max_new_tokens=12)]

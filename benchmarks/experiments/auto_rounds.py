@@ -11,7 +11,8 @@ badly or ran slowly at every width.
 import argparse
 import statistics
 
-import minispec.adaptive
+import minispec.policies.adaptive
+import minispec.policies.width_choice
 from benchmarks.bench_proposers import warm_up
 from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
 from minispec.commands.prompts import held_out_prompts
@@ -31,9 +32,9 @@ args = p.parse_args()
 decoder = SpeculativeDecoder(*load_pair(DEFAULT_TARGET, DEFAULT_DRAFT), compile=True)
 texts = held_out_prompts(6)
 prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(args.batch)]
-widths = minispec.adaptive.DEFAULT_WIDTHS
+widths = minispec.policies.width_choice.DEFAULT_WIDTHS
 timed: list[tuple[int, float]] = []  # the (width, seconds) of every timed round of a call
-observe = minispec.adaptive.RoundTimes.observe
+observe = minispec.policies.adaptive.RoundTimes.observe
 
 
 def recording_observe(self, k: int, seconds: float, previous=None) -> None:
@@ -41,7 +42,7 @@ def recording_observe(self, k: int, seconds: float, previous=None) -> None:
     observe(self, k, seconds, previous)
 
 
-minispec.adaptive.RoundTimes.observe = recording_observe
+minispec.policies.adaptive.RoundTimes.observe = recording_observe
 specs = {"K = 0": SpeculativeConfig(0), "auto": SpeculativeConfig("auto")}
 print(f"B = {args.batch}, T = {args.temperature:g}, {args.threads} threads, rounds only")
 with torch_threads(args.threads):

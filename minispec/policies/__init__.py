@@ -12,7 +12,9 @@ its noise, every token is drawn from the target's law given the tokens before it
 sequence keeps the target's law, whatever K each round used.
 
 - FixedK (fixed.py): the same K every round.
-- AdaptivePolicy (adaptive.py): num_speculative_tokens="auto", K from Theorem 3.8 each round.
+- AdaptivePolicy (adaptive.py): num_speculative_tokens="auto", K from Theorem 3.8 each round,
+  chosen inside the round (width_choice.py) from per-row estimates the round carries beside the
+  batch's state (AdaptiveState).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
-from minispec.adaptive import AdaptiveConfig
+from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState
 from minispec.state import LoopState, Snapshot
 
 if TYPE_CHECKING:
@@ -38,8 +40,9 @@ class Policy(Protocol):
     # Bound into every round of the call: with a config, the round chooses the next K.
     adaptive: AdaptiveConfig | None
 
-    def prepare(self, state: LoopState) -> LoopState:
-        """The state before the first round, with whatever the policy keeps in it."""
+    def prepare(self, state: LoopState) -> AdaptiveState | tuple[()]:
+        """Before the first round (`state`: the batch's): what the policy carries through the
+        call's rounds beside the batch's state (round.RoundState), () for nothing."""
 
     def plan(self) -> Plan: ...
 

@@ -1,30 +1,143 @@
-"""Adaptive K as a policy: num_speculative_tokens="auto" (the estimator and the chooser, which run
-inside the round, are minispec/adaptive.py).
+"""Adaptive K as a policy: num_speculative_tokens="auto" (the running alpha and the chooser, which
+run inside the round, are width_choice.py).
 
 The round chooses the next K from its rows' running alpha and the widths' relative times
 (choose_width, Theorem 3.8), and its choice rides in the snapshot (NEXT_WIDTH). This policy
 follows it, times each round per width into the graph family's RoundTimes, runs a width that is
 due (never timed, or not lately) once first, and after the call folds its measured alpha into
 the family's prior. What it keeps across calls is one FamilyMeasurements per graph family
-(proposer, batch size, sample methods) and kind of batch (all greedy or not) in the decoder's
-`families`.
+(proposer, batch size, sample methods) and kind of batch (all greedy or not), in a dict the
+decoder holds and hands to every call (`families`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
 
 import torch
 
-from minispec.adaptive import AdaptiveConfig, FamilyMeasurements, RoundTimes, choose_width
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.policies import Plan
+from minispec.policies.width_choice import (
+    AdaptiveConfig,
+    AdaptiveState,
+    AlphaEstimate,
+    choose_width,
+    current_alpha,
+    initial_estimate,
+    update_estimate,
+)
 from minispec.proposers import PROPOSERS
 from minispec.state import LoopState, Snapshot
 from minispec.stats import DecodeStats
 
-if TYPE_CHECKING:
-    from minispec.decode import SpeculativeDecoder
+# How strongly RoundTimes.relative holds a width to the cost model, against one measured pair
+MODEL_WEIGHT = 1e-3
+
+
+@dataclass(slots=True)
+class RoundTimes:
+    """Host-side round times per width at the current batch size, for choose_width, in units of
+    a K = 0 round.
+
+    Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c
+    (c: the draft step over the target step). Keep one per compiled graph family (batch size,
+    sample methods), and never pass it a round that compiled: one such time (seconds to
+    minutes) would price its width out for good.
+
+    Widths are compared only through rounds run one after the other: the machine's speed
+    drifts, and two adjacent rounds share it, so the log of their time ratio measures the two
+    widths' ratio alone. Each pair of widths keeps the median of its last `window` such steps
+    (a stall makes one round slow and so two steps wrong; the median leaves them out), and
+    `relative` fits one log time per width to all of them (least squares, with the model as a
+    faint prior, which fills in widths not yet compared). Only the widths that run are timed,
+    so a width not run for `retime_after` rounds of this family is due to run once more
+    (AdaptivePolicy): else a width whose one step came out slow would never run again."""
+
+    c: float
+    window: int = 9
+    retime_after: int = 128
+    rounds: int = 0  # measured rounds of this family
+    last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
+    # (a, b) with a < b: log(time at b / time at a) of adjacent rounds, the latest
+    steps: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+
+    def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> None:
+        """A round at width k took `seconds`; previous: the (width, seconds) of the round just
+        before it in the same call, if that one was timed."""
+        self.rounds += 1
+        self.last_timed[k] = self.rounds
+        if previous is None or previous[0] == k:
+            return
+        (a, time_a), (b, time_b) = sorted([previous, (k, seconds)])
+        self.steps.setdefault((a, b), deque(maxlen=self.window)).append(math.log(time_b / time_a))
+
+    def due(self, widths: tuple[int, ...]) -> int | None:
+        """The width to time next, if any: one never timed, else the longest untimed of those
+        not run for retime_after rounds."""
+        never = [k for k in widths if k not in self.last_timed]
+        if never:
+            return never[0]
+        stale = [k for k in widths if self.rounds - self.last_timed[k] >= self.retime_after]
+        return min(stale, key=self.last_timed.__getitem__, default=None)
+
+    def relative(self, widths: tuple[int, ...]) -> torch.Tensor:
+        """[W] times in units of widths[0]'s round (K = 0's): the log times that best fit the
+        median step of every pair compared, each pulled towards the model's by MODEL_WEIGHT
+        against one pair's weight of 1. The pull decides only what no pair reaches: a width
+        never compared, and the common scale, which the ratios choose_width takes ignore."""
+        index = {k: i for i, k in enumerate(widths)}
+        pairs = [
+            (a, b, statistics.median(steps))
+            for (a, b), steps in self.steps.items()
+            if a in index and b in index
+        ]
+        rows = torch.zeros(len(pairs) + len(widths), len(widths), dtype=torch.float64)
+        target = torch.zeros(len(pairs) + len(widths), dtype=torch.float64)
+        for row, (a, b, step) in enumerate(pairs):
+            rows[row, index[b]], rows[row, index[a]], target[row] = 1.0, -1.0, step
+        for i, k in enumerate(widths):
+            rows[len(pairs) + i, i] = MODEL_WEIGHT
+            target[len(pairs) + i] = MODEL_WEIGHT * math.log(1 + k * self.c)
+        log_times = torch.linalg.lstsq(rows, target[:, None]).solution[:, 0]
+        return torch.exp(log_times - log_times[0])
+
+
+@dataclass(slots=True)
+class FamilyPrior:
+    """Host-side: the alpha a new call's rows start from, and drift back to, for one graph
+    family (as RoundTimes): the alpha the family's past calls measured, each call's beta pooled
+    over its verified positions, older calls decayed by call_decay, shrunk towards prior_alpha
+    as a row's estimate is (prior_alpha before any call). A pair's alpha is far from a generic
+    prior (the shipped pair's is near 0.9 at T = 0), and starting there would spend a call's
+    first rounds at a K too small. Exact: it reads finished calls only."""
+
+    estimate: AlphaEstimate = field(default_factory=lambda: initial_estimate(1))
+
+    def observe_call(self, alpha_sum: float, alpha_count: int, config: AdaptiveConfig) -> None:
+        """One finished call's totals (DecodeStats.alpha_sum, alpha_count)."""
+        self.estimate = update_estimate(
+            self.estimate,
+            torch.tensor([alpha_sum]),
+            torch.tensor([alpha_count]),
+            config.call_decay,
+            config.call_decay,
+        )
+
+    def alpha(self, config: AdaptiveConfig) -> float:
+        return float(current_alpha(self.estimate, config.prior_alpha, config.prior_weight))
+
+
+@dataclass(slots=True)
+class FamilyMeasurements:
+    """What adaptive K keeps across calls for one graph family (proposer, batch size, sample
+    methods): its round times per width, and the alpha its calls measured."""
+
+    times: RoundTimes
+    prior: FamilyPrior = field(default_factory=FamilyPrior)
 
 
 class AdaptivePolicy:
@@ -52,22 +165,27 @@ class AdaptivePolicy:
     @classmethod
     def for_call(
         cls,
-        decoder: SpeculativeDecoder,
+        families: dict[tuple, FamilyMeasurements],
         spec: SpeculativeConfig,
         params: list[SamplingParams],
         warm_up: bool,
+        *,
+        target: torch.nn.Module,
+        draft: torch.nn.Module | None,
+        device: torch.device | str = "cpu",
     ) -> AdaptivePolicy:
         """The policy of one generate() call, with its graph family's measurements (created on
-        first use in decoder.families)."""
+        first use in `families`, which the caller keeps across calls). target and draft: the
+        models, whose sizes price a width before it was timed (cost_ratio)."""
         # A batch of greedy rows accepts far more often than a sampled one: its own prior,
         # though both run the same graphs.
         greedy = all(p.temperature == 0 for p in params)
         key = (spec.proposer, len(params), spec.draft_method, spec.rejection_sample_method, greedy)
-        if key not in decoder.families:
+        if key not in families:
             drafts = PROPOSERS[spec.proposer].needs == "draft"
-            c = cost_ratio(decoder.target, decoder.draft) if drafts else 0.0
-            decoder.families[key] = FamilyMeasurements(RoundTimes(c))
-        policy = cls(spec.adaptive, decoder.families[key], warm_up, decoder.device)
+            c = cost_ratio(target, draft) if drafts else 0.0
+            families[key] = FamilyMeasurements(RoundTimes(c))
+        policy = cls(spec.adaptive, families[key], warm_up, device)
         if not warm_up:
             policy.k = policy.first_width([p.max_new_tokens for p in params])
         return policy
@@ -84,9 +202,9 @@ class AdaptivePolicy:
         )
         return self.widths[int(index)]
 
-    def prepare(self, state: LoopState) -> LoopState:
+    def prepare(self, state: LoopState) -> AdaptiveState:
         """Every row's running alpha starts from, and drifts back to, the family's prior."""
-        return state._replace(estimate_prior=torch.full_like(state.alpha_sum, self.prior_alpha))
+        return AdaptiveState.start(state.tokens.shape[0], self.prior_alpha, state.tokens.device)
 
     def plan(self) -> Plan:
         return Plan(self.k, self.relative_times.to(self.device))

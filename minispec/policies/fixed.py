@@ -15,8 +15,8 @@ class FixedK:
     def __init__(self, num_speculative_tokens: int, warm_up: bool = False) -> None:
         self.k, self.warm_up = num_speculative_tokens, warm_up
 
-    def prepare(self, state: LoopState) -> LoopState:
-        return state
+    def prepare(self, state: LoopState) -> tuple[()]:
+        return ()  # the rounds carry nothing for a fixed K
 
     def plan(self) -> Plan:
         return Plan(self.k)
