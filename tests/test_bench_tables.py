@@ -137,6 +137,7 @@ def guard_run(speedups: dict[str, tuple[float, float, float]]) -> dict:
         "pairs": 6,
         "compile_mode": "aot",
         "wall_s": 1.0,
+        "graphs_s": 0.5,
         "settings": settings,
     }
 
