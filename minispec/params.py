@@ -15,7 +15,7 @@ import torch
 from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import PROPOSERS  # the registry: its names are what `proposer` takes
 from sampling.constraints import RowConstraints, normalize_params
-from sampling.rejection import REJECTION_SAMPLE_METHODS
+from sampling.rejection_args import REJECTION_SAMPLE_METHODS
 
 # "greedy": every row drafts the draft model's argmax (a one-hot q), whatever its temperature.
 # "probabilistic": every row samples from its own filtered q, which for a row at T = 0 is one-hot

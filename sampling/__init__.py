@@ -9,12 +9,8 @@
 """
 
 from sampling.constraints import SampleOutput, sample
-from sampling.rejection import (
-    PLACEHOLDER_TOKEN_ID,
-    REJECTION_SAMPLE_METHODS,
-    RejectionOutput,
-    rejection_sample,
-)
+from sampling.rejection import PLACEHOLDER_TOKEN_ID, RejectionOutput, rejection_sample
+from sampling.rejection_args import REJECTION_SAMPLE_METHODS
 
 __all__ = [
     "PLACEHOLDER_TOKEN_ID",

@@ -11,7 +11,8 @@ import math
 import torch
 
 from sampling.constraints import normalize_params
-from sampling.rejection import PLACEHOLDER_TOKEN_ID, REJECTION_SAMPLE_METHODS, RejectionOutput
+from sampling.rejection import PLACEHOLDER_TOKEN_ID, RejectionOutput
+from sampling.rejection_args import REJECTION_SAMPLE_METHODS
 
 
 def target_distribution(

@@ -57,7 +57,6 @@ import torch.nn.functional as F
 
 from sampling.constraints import (
     RowConstraints,
-    check_noise_and_logits,
     distribution,
     filtered_logits,
     jit,
@@ -65,12 +64,11 @@ from sampling.constraints import (
     normalize_params,
 )
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
+from sampling.rejection_args import check_arguments, exponentials_shape
 
+# Emitted past each row's corrective/bonus token. The method names (REJECTION_SAMPLE_METHODS),
+# the noise's shapes and the argument checks live in sampling/rejection_args.py.
 PLACEHOLDER_TOKEN_ID = -1
-# "block" judges the drafted block as a whole (Sun et al. 2024); "drafter_invariant" keeps a draft
-# while it equals the target's own exponential race (Daliri et al. 2024); "naive" is the wrong
-# rule, kept to show its bias. The decode loop's configuration takes its list of names from here.
-REJECTION_SAMPLE_METHODS = ("standard", "block", "drafter_invariant", "naive")
 
 
 class RejectionOutput(NamedTuple):
@@ -78,59 +76,126 @@ class RejectionOutput(NamedTuple):
     num_accepted: torch.Tensor  # [B] int64: n_b
 
 
-def _prefix_length(accepted: torch.Tensor) -> torch.Tensor:
-    """[B, K] bool -> [B]: how many positions pass before the first failure."""
-    return accepted.long().cumprod(dim=-1).sum(dim=-1)
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    *,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    uniforms: torch.Tensor | None = None,
+    exponentials: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    method: str = "standard",
+    compiled: bool = True,
+    check_values: bool = True,
+    num_draft_tokens: torch.Tensor | None = None,
+) -> RejectionOutput:
+    """Verify K drafts per request against the target; see the module docstring for the rule.
 
-
-def _block_length(
-    p_x: torch.Tensor,
-    q_x: torch.Tensor,
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor,
-    uniforms: torch.Tensor,
-    real: torch.Tensor | None,
-    last: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block verification's tau and p_tau per request (the rule of the module docstring).
-
-    p_x, q_x [B, K]: Mb(X_i | X^{i-1}) and Ms(X_i | X^{i-1}); target_probs [B, K-1, V] and
-    draft_probs [B, K, V]: Mb(. | X^i) for i = 1..K-1 and Ms(. | X^i) for i = 0..K-1; ``real``
-    [B, K]: which positions hold real drafts (None: all); ``last`` [B, K]: the last real one.
+    target_logits [B, K+1, V] (raw), draft_token_ids int64 [B, K], draft_probs [B, K, V] exactly
+    as the drafts were drawn (None: a one-hot, greedy draft). temperature / top_k / top_p: a
+    scalar or a [B] tensor each. uniforms float64 [B, K] and exponentials float32 [B, V] are the
+    randomness (drafter_invariant: no uniforms, exponentials [B, K+1, V], one row per position);
+    each is drawn from ``generator`` when None. ``method``: one of
+    REJECTION_SAMPLE_METHODS. ``num_draft_tokens`` int64 [B] (None: K each) gives rows with
+    fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never read. L_b may depend on
+    the drafts and on anything before this call, but not on this call's uniforms.
+    ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` skips reading
+    tensor arguments' values (the draft-id range, per-row parameters, NaN logits, draft_probs
+    that are not distributions, noise out of range) for a caller that validated them once,
+    like the decode loop, whose ids come from an argmax or a sample over the same V. Returns
+    token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
-    # p_i = min(1, p_{i-1} Mb(X_i) / Ms(X_i)), in float64 logs: a product of K ratios can
-    # underflow even a double. q(x) = 0 (not a draw from q) and a missing draft count as a
-    # token the target never emits: p_i = 0 from there on.
-    log_ratio = torch.where(q_x > 0, p_x.double().log() - q_x.double().log(), float("-inf"))
-    if real is not None:
-        log_ratio = torch.where(real, log_ratio, float("-inf"))
-    running, log_weights = torch.zeros_like(log_ratio[:, 0]), []
-    for i in range(log_ratio.shape[1]):  # K is small and static: unrolled, fused
-        running = (running + log_ratio[:, i]).clamp(max=0.0)
-        log_weights.append(running)
-    weight = torch.stack(log_weights, dim=1).exp()  # p_1..p_K, [B, K]
-
-    # r_i = sum_x max(p_i Mb(x | X^i) - Ms(x | X^i), 0) for i = 1..K-1: the one vocabulary-wide
-    # reduction per drafted position that block verification adds.
-    mass = (
-        (weight[:, :-1, None] * target_probs.double() - draft_probs[:, 1:].double())
-        .clamp(min=0)
-        .sum(dim=-1)
+    check_arguments(
+        target_logits,
+        draft_token_ids,
+        draft_probs,
+        uniforms,
+        exponentials,
+        num_draft_tokens,
+        method,
+        check_values,
     )
-    # At the last real draft h = p: written as r = p over a denominator of 1. (A missing draft
-    # is a stop token that Ms always proposes and Mb never emits: its r is p exactly.)
-    mass = torch.where(last, weight, F.pad(mass, (0, 1)))
-    denominator = torch.where(last, 1.0, mass + (1 - weight))
-    # eta_i <= h_i = r_i / (r_i + 1 - p_i) without dividing; h_i = 0 (r = 0 < 1 - p) never
-    # passes, even at eta = 0, and h_i = 1 (0 / 0) always does.
-    passed = (uniforms * denominator <= mass) & ((mass > 0) | (denominator == 0))
-    if real is not None:  # draft_probs past a row's last draft may hold anything
-        passed &= real
-    # tau = the LAST passing index (0 if none): a later position can rescue an earlier one.
-    position = torch.arange(1, passed.shape[1] + 1, device=passed.device)
-    tau = (passed.long() * position).amax(dim=-1)
-    weight_at_tau = F.pad(weight, (1, 0), value=1.0).gather(1, tau[:, None])  # p_0 = 1
-    return tau, weight_at_tau
+    batch_size, num_drafts = draft_token_ids.shape
+    vocab_size, device = target_logits.shape[-1], target_logits.device
+    method = _effective_method(method, draft_probs, temperature)
+    params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
+    if uniforms is None and method != "drafter_invariant":  # it reads none
+        uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
+    if exponentials is None:
+        shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
+        exponentials = draw_exponentials(shape, generator, device)
+    core = _rejection_compiled() if compiled else _rejection_core
+    return core(
+        target_logits,
+        draft_token_ids,
+        draft_probs,
+        *params,
+        None if uniforms is None else uniforms.double(),
+        exponentials.float(),
+        num_draft_tokens,
+        method,
+    )
+
+
+def _effective_method(method: str, draft_probs: torch.Tensor | None, temperature) -> str:
+    """``method``, except that block verification with one-hot drafts or a greedy target
+    accepts exactly as the token-wise rule does (its p_i is then the product of per-token
+    acceptances), so the token-wise rule serves, without block's extra reductions."""
+    if method == "block" and (
+        draft_probs is None or (not isinstance(temperature, torch.Tensor) and temperature == 0)
+    ):
+        return "standard"
+    return method
+
+
+@cache
+def _rejection_compiled() -> Callable:
+    """The compiled sampler, made once: a graph is compiled per (shapes, dtypes, one-hot or not,
+    filters on, method) and reused for every later call that matches."""
+    return jit(_rejection_core)
+
+
+def _rejection_core(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+    uniforms: torch.Tensor | None,
+    exponentials: torch.Tensor,
+    num_draft_tokens: torch.Tensor | None,
+    method: str,
+) -> RejectionOutput:
+    """Algorithm 1 for the whole batch, top to bottom: read the drafts and p, test each draft
+    (step 1), count the accepted prefix n (step 2), draw the corrective or bonus token from row
+    n (step 3), and lay out the output. Greedy rows ride along, picked per row by torch.where.
+    drafter_invariant has its own steps (``_drafter_invariant``)."""
+    drafts = _read_drafts(draft_token_ids, num_draft_tokens)
+    if method == "drafter_invariant":
+        constraints = RowConstraints(temperature, top_k, top_p)
+        return _drafter_invariant(target_logits, constraints, drafts, exponentials)
+    greedy = temperature == 0
+    target = _read_target(
+        target_logits, RowConstraints(temperature, top_k, top_p), draft_token_ids.shape[1]
+    )
+    p_x, q_x = _draft_likelihoods(target, drafts.ids, draft_probs)
+    greedy_accepted = _greedy_accepted(target, drafts)
+    weight_at_tau = None
+    if method == "block":
+        # A greedy row keeps the token-wise n: with a one-hot target, p_i is 1 while the drafts
+        # match the argmax and 0 after, so both rules give the same n and the same argmax token.
+        tau, weight_at_tau = _block_accepted(target, p_x, q_x, draft_probs, uniforms, drafts)
+        num_accepted = torch.where(greedy, _prefix_length(greedy_accepted), tau)
+    else:
+        num_accepted = _tokenwise_accepted(p_x, q_x, uniforms, drafts, greedy, greedy_accepted)
+    token = _corrective_or_bonus(
+        target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, method
+    )
+    return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
 
 
 class _Drafts(NamedTuple):
@@ -220,6 +285,11 @@ def _tokenwise_accepted(
     return _prefix_length(accepted)  # [B]
 
 
+def _prefix_length(accepted: torch.Tensor) -> torch.Tensor:
+    """[B, K] bool -> [B]: how many positions pass before the first failure."""
+    return accepted.long().cumprod(dim=-1).sum(dim=-1)
+
+
 def _block_accepted(
     target: _TargetRows,
     p_x: torch.Tensor,
@@ -232,6 +302,56 @@ def _block_accepted(
     num_drafts = drafts.ids.shape[1]
     target_probs = (target.filtered[:, 1:num_drafts] - target.log_norm[:, 1:num_drafts, None]).exp()
     return _block_length(p_x, q_x, target_probs, draft_probs, uniforms, drafts.real, drafts.last)
+
+
+def _block_length(
+    p_x: torch.Tensor,
+    q_x: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    uniforms: torch.Tensor,
+    real: torch.Tensor | None,
+    last: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification's tau and p_tau per request (the rule of the module docstring).
+
+    p_x, q_x [B, K]: Mb(X_i | X^{i-1}) and Ms(X_i | X^{i-1}); target_probs [B, K-1, V] and
+    draft_probs [B, K, V]: Mb(. | X^i) for i = 1..K-1 and Ms(. | X^i) for i = 0..K-1; ``real``
+    [B, K]: which positions hold real drafts (None: all); ``last`` [B, K]: the last real one.
+    """
+    # p_i = min(1, p_{i-1} Mb(X_i) / Ms(X_i)), in float64 logs: a product of K ratios can
+    # underflow even a double. q(x) = 0 (not a draw from q) and a missing draft count as a
+    # token the target never emits: p_i = 0 from there on.
+    log_ratio = torch.where(q_x > 0, p_x.double().log() - q_x.double().log(), float("-inf"))
+    if real is not None:
+        log_ratio = torch.where(real, log_ratio, float("-inf"))
+    running, log_weights = torch.zeros_like(log_ratio[:, 0]), []
+    for i in range(log_ratio.shape[1]):  # K is small and static: unrolled, fused
+        running = (running + log_ratio[:, i]).clamp(max=0.0)
+        log_weights.append(running)
+    weight = torch.stack(log_weights, dim=1).exp()  # p_1..p_K, [B, K]
+
+    # r_i = sum_x max(p_i Mb(x | X^i) - Ms(x | X^i), 0) for i = 1..K-1: the one vocabulary-wide
+    # reduction per drafted position that block verification adds.
+    mass = (
+        (weight[:, :-1, None] * target_probs.double() - draft_probs[:, 1:].double())
+        .clamp(min=0)
+        .sum(dim=-1)
+    )
+    # At the last real draft h = p: written as r = p over a denominator of 1. (A missing draft
+    # is a stop token that Ms always proposes and Mb never emits: its r is p exactly.)
+    mass = torch.where(last, weight, F.pad(mass, (0, 1)))
+    denominator = torch.where(last, 1.0, mass + (1 - weight))
+    # eta_i <= h_i = r_i / (r_i + 1 - p_i) without dividing; h_i = 0 (r = 0 < 1 - p) never
+    # passes, even at eta = 0, and h_i = 1 (0 / 0) always does.
+    passed = (uniforms * denominator <= mass) & ((mass > 0) | (denominator == 0))
+    if real is not None:  # draft_probs past a row's last draft may hold anything
+        passed &= real
+    # tau = the LAST passing index (0 if none): a later position can rescue an earlier one.
+    position = torch.arange(1, passed.shape[1] + 1, device=passed.device)
+    tau = (passed.long() * position).amax(dim=-1)
+    weight_at_tau = F.pad(weight, (1, 0), value=1.0).gather(1, tau[:, None])  # p_0 = 1
+    return tau, weight_at_tau
 
 
 def _residual(
@@ -294,46 +414,6 @@ def _emitted(x: torch.Tensor, n: torch.Tensor, token: torch.Tensor) -> torch.Ten
     )
 
 
-def _rejection_core(
-    target_logits: torch.Tensor,
-    draft_token_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor | None,
-    top_p: torch.Tensor | None,
-    uniforms: torch.Tensor | None,
-    exponentials: torch.Tensor,
-    num_draft_tokens: torch.Tensor | None,
-    method: str,
-) -> RejectionOutput:
-    """Algorithm 1 for the whole batch, top to bottom: read the drafts and p, test each draft
-    (step 1), count the accepted prefix n (step 2), draw the corrective or bonus token from row
-    n (step 3), and lay out the output. Greedy rows ride along, picked per row by torch.where.
-    drafter_invariant has its own steps (``_drafter_invariant``)."""
-    drafts = _read_drafts(draft_token_ids, num_draft_tokens)
-    if method == "drafter_invariant":
-        constraints = RowConstraints(temperature, top_k, top_p)
-        return _drafter_invariant(target_logits, constraints, drafts, exponentials)
-    greedy = temperature == 0
-    target = _read_target(
-        target_logits, RowConstraints(temperature, top_k, top_p), draft_token_ids.shape[1]
-    )
-    p_x, q_x = _draft_likelihoods(target, drafts.ids, draft_probs)
-    greedy_accepted = _greedy_accepted(target, drafts)
-    weight_at_tau = None
-    if method == "block":
-        # A greedy row keeps the token-wise n: with a one-hot target, p_i is 1 while the drafts
-        # match the argmax and 0 after, so both rules give the same n and the same argmax token.
-        tau, weight_at_tau = _block_accepted(target, p_x, q_x, draft_probs, uniforms, drafts)
-        num_accepted = torch.where(greedy, _prefix_length(greedy_accepted), tau)
-    else:
-        num_accepted = _tokenwise_accepted(p_x, q_x, uniforms, drafts, greedy, greedy_accepted)
-    token = _corrective_or_bonus(
-        target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, method
-    )
-    return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
-
-
 def _drafter_invariant(
     target_logits: torch.Tensor, constraints: RowConstraints, drafts: _Drafts, exponentials
 ) -> RejectionOutput:
@@ -347,231 +427,3 @@ def _drafter_invariant(
         accepted &= drafts.real
     n = _prefix_length(accepted)
     return RejectionOutput(_emitted(drafts.ids, n, choice.gather(1, n[:, None])[:, 0]), n)
-
-
-@cache
-def _rejection_compiled() -> Callable:
-    """The compiled sampler, made once: a graph is compiled per (shapes, dtypes, one-hot or not,
-    filters on, method) and reused for every later call that matches."""
-    return jit(_rejection_core)
-
-
-def _check_logits_and_drafts(target_logits, draft_token_ids) -> None:
-    """target_logits a float [B, K+1, V] tensor and draft_token_ids an int64 [B, K] one, on the
-    same device, with K >= 1."""
-    if (
-        not isinstance(target_logits, torch.Tensor)
-        or target_logits.dim() != 3
-        or not target_logits.is_floating_point()
-    ):
-        raise ValueError(
-            f"target_logits must be a float [B, K+1, V] tensor, got "
-            f"{getattr(target_logits, 'shape', type(target_logits))}"
-        )
-    if (
-        not isinstance(draft_token_ids, torch.Tensor)
-        or draft_token_ids.dim() != 2
-        or draft_token_ids.dtype != torch.int64
-    ):
-        raise ValueError(
-            f"draft_token_ids must be an int64 [B, K] tensor, got "
-            f"{getattr(draft_token_ids, 'dtype', type(draft_token_ids))} "
-            f"{list(getattr(draft_token_ids, 'shape', []))}"
-        )
-    batch_size, num_drafts = draft_token_ids.shape
-    if num_drafts < 1:
-        raise ValueError(
-            "draft_token_ids must have K >= 1 columns (num_speculative_tokens); "
-            "for K = 0 use sampling.sample"
-        )
-    if target_logits.shape[0] != batch_size or target_logits.shape[1] != num_drafts + 1:
-        raise ValueError(
-            f"target_logits must be [B, K+1, V] = [{batch_size}, {num_drafts + 1}, V] "
-            f"for draft_token_ids [{batch_size}, {num_drafts}], "
-            f"got {list(target_logits.shape)}"
-        )
-    if draft_token_ids.device != target_logits.device:
-        raise ValueError(
-            f"draft_token_ids is on {draft_token_ids.device}, target_logits on "
-            f"{target_logits.device}"
-        )
-
-
-def _check_num_draft_tokens(num_draft_tokens, batch_size: int, device: torch.device) -> None:
-    """None, or an int64 [B] tensor on the logits' device."""
-    if num_draft_tokens is not None and (
-        not isinstance(num_draft_tokens, torch.Tensor)
-        or num_draft_tokens.dtype != torch.int64
-        or num_draft_tokens.shape != (batch_size,)
-        or num_draft_tokens.device != device
-    ):
-        raise ValueError(
-            f"num_draft_tokens must be an int64 [B] = [{batch_size}] tensor on "
-            f"{device}, got {getattr(num_draft_tokens, 'dtype', num_draft_tokens)}"
-        )
-
-
-def _check_draft_values(
-    draft_token_ids: torch.Tensor, num_draft_tokens: torch.Tensor | None, vocab_size: int
-) -> None:
-    """Each L_b in [0, K], each real draft id in [0, V). Reads values: CPU tensors only."""
-    num_drafts, ids = draft_token_ids.shape[1], draft_token_ids
-    if num_draft_tokens is not None:
-        if bool(((num_draft_tokens < 0) | (num_draft_tokens > num_drafts)).any()):
-            raise ValueError(f"num_draft_tokens must lie in [0, K] = [0, {num_drafts}]")
-        # Past a row's last draft the ids are never read: any value (-1) may stand there.
-        ids = ids.masked_fill(torch.arange(num_drafts) >= num_draft_tokens[:, None], 0)
-    lowest, highest = torch.aminmax(ids)
-    if lowest < 0 or highest >= vocab_size:
-        raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {vocab_size})")
-
-
-def _check_float_tensor(name: str, tensor, shape: tuple, device: torch.device) -> None:
-    """None, or a float tensor of ``shape`` on ``device``."""
-    if tensor is None:
-        return
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
-        raise ValueError(
-            f"{name} must be a float tensor, got {type(tensor).__name__}"
-            f" {getattr(tensor, 'dtype', '')}"
-        )
-    if tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} must have shape {list(shape)}, got {list(tensor.shape)}")
-    if tensor.device != device:
-        raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
-
-
-def _validate(
-    target_logits, draft_token_ids, num_draft_tokens, method: str, check_values: bool
-) -> None:
-    """The method, the logits, the drafts and their counts: shape, dtype and device checks, and
-    on the CPU (with ``check_values``) the draft ids' range. No device sync."""
-    if method not in REJECTION_SAMPLE_METHODS:
-        raise ValueError(f"method must be one of {REJECTION_SAMPLE_METHODS}, got {method!r}")
-    _check_logits_and_drafts(target_logits, draft_token_ids)
-    device = target_logits.device
-    _check_num_draft_tokens(num_draft_tokens, draft_token_ids.shape[0], device)
-    # The range checks read values: free on the CPU, a device sync on an accelerator. There they
-    # are skipped rather than made a torch._assert_async, whose failure is a device-side assert
-    # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
-    # over the same V anyway.
-    if check_values and device.type == "cpu" and draft_token_ids.numel():
-        _check_draft_values(draft_token_ids, num_draft_tokens, target_logits.shape[-1])
-
-
-def exponentials_shape(method: str, batch_size: int, num_drafts: int, vocab_size: int) -> tuple:
-    """[B, V]: one race per request, for the corrective or bonus token; drafter_invariant races
-    at every position, [B, K+1, V]."""
-    if method == "drafter_invariant":
-        return (batch_size, num_drafts + 1, vocab_size)
-    return (batch_size, vocab_size)
-
-
-def _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method) -> None:
-    """draft_probs [B, K, V], uniforms [B, K] and exponentials (``exponentials_shape``): each
-    None or a float tensor of that shape on the logits' device."""
-    batch_size, rows, vocab_size = target_logits.shape
-    device, num_drafts = target_logits.device, rows - 1
-    _check_float_tensor("draft_probs", draft_probs, (batch_size, num_drafts, vocab_size), device)
-    _check_float_tensor("uniforms", uniforms, (batch_size, num_drafts), device)
-    shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
-    _check_float_tensor("exponentials", exponentials, shape, device)
-
-
-# How far a draft_probs row's sum may stray from 1: float32 rounding over a 128k vocabulary
-# stays far below it, a distribution that is not one (unnormalised weights, a mask) far above.
-PROBABILITY_SUM_TOLERANCE = 1e-3
-
-
-def _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_tokens) -> None:
-    """The values the rule would silently misread: NaN or +inf logits (filtering turns them
-    into NaN probabilities, and a race over NaN picks token 0); draft_probs at real drafts that
-    are NaN, negative or do not sum to 1; uniforms outside [0, 1); exponentials below 0 or NaN.
-    Reads every value: CPU tensors only, with check_values."""
-    check_noise_and_logits(target_logits, exponentials, "target_logits")
-    if draft_probs is not None:
-        rows = draft_probs
-        if num_draft_tokens is not None:  # rows past a row's last draft are never read
-            position = torch.arange(draft_probs.shape[1])
-            rows = draft_probs[position < num_draft_tokens[:, None]]
-        if bool((rows.isnan() | (rows < 0)).any()):
-            raise ValueError("draft_probs must be probabilities: no NaN, none below 0")
-        sums = rows.double().sum(dim=-1).flatten()
-        if sums.numel():
-            worst = float(sums[(sums - 1).abs().argmax()])
-            if abs(worst - 1) > PROBABILITY_SUM_TOLERANCE:
-                raise ValueError(
-                    f"draft_probs must sum to 1 over the vocabulary at every draft, "
-                    f"got a row summing to {worst:.6g}"
-                )
-    if uniforms is not None and not bool(((uniforms >= 0) & (uniforms < 1)).all()):
-        raise ValueError("uniforms must lie in [0, 1)")
-
-
-def _effective_method(method: str, draft_probs: torch.Tensor | None, temperature) -> str:
-    """``method``, except that block verification with one-hot drafts or a greedy target
-    accepts exactly as the token-wise rule does (its p_i is then the product of per-token
-    acceptances), so the token-wise rule serves, without block's extra reductions."""
-    if method == "block" and (
-        draft_probs is None or (not isinstance(temperature, torch.Tensor) and temperature == 0)
-    ):
-        return "standard"
-    return method
-
-
-def rejection_sample(
-    target_logits: torch.Tensor,
-    draft_token_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None = None,
-    *,
-    temperature=1.0,
-    top_k=None,
-    top_p=None,
-    uniforms: torch.Tensor | None = None,
-    exponentials: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
-    method: str = "standard",
-    compiled: bool = True,
-    check_values: bool = True,
-    num_draft_tokens: torch.Tensor | None = None,
-) -> RejectionOutput:
-    """Verify K drafts per request against the target; see the module docstring for the rule.
-
-    target_logits [B, K+1, V] (raw), draft_token_ids int64 [B, K], draft_probs [B, K, V] exactly
-    as the drafts were drawn (None: a one-hot, greedy draft). temperature / top_k / top_p: a
-    scalar or a [B] tensor each. uniforms float64 [B, K] and exponentials float32 [B, V] are the
-    randomness (drafter_invariant: no uniforms, exponentials [B, K+1, V], one row per position);
-    each is drawn from ``generator`` when None. ``method``: one of
-    REJECTION_SAMPLE_METHODS. ``num_draft_tokens`` int64 [B] (None: K each) gives rows with
-    fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never read. L_b may depend on
-    the drafts and on anything before this call, but not on this call's uniforms.
-    ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` skips reading
-    tensor arguments' values (the draft-id range, per-row parameters, NaN logits, draft_probs
-    that are not distributions, noise out of range) for a caller that validated them once,
-    like the decode loop, whose ids come from an argmax or a sample over the same V. Returns
-    token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
-    """
-    _validate(target_logits, draft_token_ids, num_draft_tokens, method, check_values)
-    _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method)
-    batch_size, num_drafts = draft_token_ids.shape
-    vocab_size, device = target_logits.shape[-1], target_logits.device
-    if check_values and device.type == "cpu":
-        _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_tokens)
-    method = _effective_method(method, draft_probs, temperature)
-    params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
-    if uniforms is None and method != "drafter_invariant":  # it reads none
-        uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
-    if exponentials is None:
-        shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
-        exponentials = draw_exponentials(shape, generator, device)
-    core = _rejection_compiled() if compiled else _rejection_core
-    return core(
-        target_logits,
-        draft_token_ids,
-        draft_probs,
-        *params,
-        None if uniforms is None else uniforms.double(),
-        exponentials.float(),
-        num_draft_tokens,
-        method,
-    )
