@@ -1,4 +1,4 @@
-"""Counter-based randomness: every random number is a hash of (seed, position, stream, index).
+"""Counter-based randomness: every random number is a hash of (seed, a position, stream, index).
 
 Why not torch.Generator? A generator's output depends on how many numbers were drawn before,
 so a request's tokens would change with the batch it shares and with the order of rows. A hash of

@@ -211,3 +211,38 @@ def test_the_readme_is_a_short_guide() -> None:
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
     found = [line for line in lines if line in README_SECTIONS]
     assert found == list(README_SECTIONS), f"README sections out of place: {found}"
+
+
+def reading_path_rows() -> list[tuple[str, str, str, int]]:
+    """(step, file, what to read, file lines) of each row of the README's reading path."""
+    text = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| (\d) \| `([^`]+)` \| (.*) \| (\d+) \|$", text, re.M)
+    return [(step, path, read, int(lines)) for step, path, read, lines in rows]
+
+
+def test_the_reading_path_gives_each_file_its_length() -> None:
+    """The reading path's last column is each file's length, within a few lines."""
+    rows = reading_path_rows()
+    assert len(rows) == 7
+    for step, path, _, lines in rows:
+        actual = len((ROOT / path).read_text().splitlines())
+        assert abs(actual - lines) <= 5, f"step {step}: {path} has {actual} lines, README {lines}"
+
+
+# Keyings the code rejects (minispec/rng.py says why): the standard and block rules key a
+# round's numbers by its first position, never by the position each number is used at.
+REJECTED_KEYINGS = ("hash of (seed, position)", "hash of (seed, absolute position)")
+
+
+def test_the_docs_teach_the_noise_keying_the_code_uses() -> None:
+    """README and docs/ describe the randomness as rng.py draws it: the reading path's step on
+    rng.py names the round's first position, rng.py keys round_noise's streams by `start`, and
+    no document teaches a per-position keying."""
+    (row,) = [read for step, path, read, _ in reading_path_rows() if path == "minispec/rng.py"]
+    assert "round's first position" in row
+    source = (ROOT / "minispec" / "rng.py").read_text()
+    assert "round_keys(seeds, start, STREAM_UNIFORM" in source
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        text = " ".join(path.read_text().split())
+        for phrase in REJECTED_KEYINGS:
+            assert phrase not in text, f"{path.name} teaches '{phrase}'"
