@@ -200,3 +200,78 @@ def test_a_bad_request_is_logged_and_dropped(tmp_path: Path, capsys) -> None:
     assert "Traceback" in capsys.readouterr().err  # the bad one, in the builder's log
     assert torch.equal(aot(X)[0], 2 * X)
     assert aot.compiled_last  # the good one was built, and is now in use
+
+
+def test_two_packages_swapped_between_names_are_rebuilt(tmp_path: Path, capsys) -> None:
+    """Each package, manifest and .spec renamed to the other's name still matches its own
+    checksum; the manifest's graph name tells it from the package that belongs there."""
+    make(tmp_path)(X)
+    make(tmp_path)(torch.arange(4.0))  # another shape: another graph, another package
+    first, second = sorted(tmp_path.glob("*.pt2"))
+    for suffix in (".pt2", ".spec", ".json"):
+        a, b = first.with_suffix(suffix), second.with_suffix(suffix)
+        a.rename(tmp_path / "swap"), b.rename(a), (tmp_path / "swap").rename(b)
+    assert "another graph" in check_package(first) and "another graph" in check_package(second)
+    capsys.readouterr()
+    again = make(tmp_path)
+    assert torch.equal(again(X)[0], 2 * X) and torch.equal(again(X4)[0], 2 * X4)
+    assert again.exports == 2
+
+
+X4 = torch.arange(4.0)
+
+
+@pytest.mark.parametrize("niceness", ["abc", "", "99999999999999999999", "-3"])
+def test_a_bad_builder_niceness_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch, capsys, niceness: str
+) -> None:
+    """A niceness the builder cannot use is refused in the run, in one line naming the
+    variable, before any request is written: nothing accumulates run after run."""
+    monkeypatch.setenv("MINISPEC_BUILDER_NICENESS", niceness)
+    started = []
+    monkeypatch.setattr(minispec.compilation.builder, "start_builder", started.append)
+    tiered = make(tmp_path, background=True)
+    assert torch.equal(tiered(X)[0], 2 * X)  # eager
+    assert torch.equal(tiered(X)[0], 2 * X)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "MINISPEC_BUILDER_NICENESS" in lines[0], lines
+    assert started == [] and not list(tmp_path.rglob("*.pt")) and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_request_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """torch.save on a full disk raises RuntimeError (an 'enforce fail' from its zip writer),
+    not OSError: it is the cache's one line too, and no temporary file stays behind."""
+
+    def full_disk(obj, path) -> None:
+        Path(path).write_bytes(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(minispec.compilation.builder.torch, "save", full_disk)
+    monkeypatch.setattr(minispec.compilation.builder, "start_builder", lambda folder: None)
+    tiered = make(tmp_path, background=True)
+    assert torch.equal(tiered(X)[0], 2 * X)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "cannot write the package cache" in lines[0], lines
+    assert not list(tmp_path.rglob("*.tmp")) and not list(tmp_path.rglob("*.pt"))
+
+
+def test_a_build_that_failed_is_not_asked_for_again(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A builder that fails (a full disk mid-compile) leaves a marker; the next runs say so
+    in one line and stay eager instead of queueing the same failing build every time."""
+
+    def no_space(program, package_path: Path, options: dict) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(minispec.compilation.packages, "compile_package", no_space)
+    monkeypatch.setattr(minispec.compilation.builder, "start_builder", lambda folder: None)
+    make(tmp_path, background=True)(X)  # queues the request
+    minispec.compilation.builder.build_queue(tmp_path)  # the builder fails, and says so
+    assert len(list(tmp_path.glob("*.failed"))) == 1
+    capsys.readouterr()
+    for _ in range(2):  # two later runs
+        later = make(tmp_path, background=True)
+        assert torch.equal(later(X)[0], 2 * X)
+        assert torch.equal(later(X)[0], 2 * X)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all("failed in the background" in line for line in lines), lines
+    assert not list((tmp_path / "requests").glob("*.pt"))

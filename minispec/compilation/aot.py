@@ -120,9 +120,28 @@ class AheadOfTime:
                 self.announce_ready(path, leaves, spec, kwargs)
                 return package
             self.requested.discard(path)  # removed: build it again
+        if path not in self.requested and self.failed_before(path, leaves, spec, kwargs):
+            self.requested.add(path)  # said once; the calls stay eager
         if path not in self.requested and not self.cannot_write():
             self.request(buffers, leaves, spec, kwargs)
         return None
+
+    def failed_before(self, path: Path, leaves: list, spec: TreeSpec, kwargs: dict) -> bool:
+        """Whether a builder already failed to build this package (the same name is the same
+        code, so it would fail again): then one line says so and how to retry."""
+        marker = packages.failed_marker(path)
+        try:
+            reason = marker.read_text().strip()
+        except OSError:
+            return False
+        what = announce.in_words(self.name, tree_unflatten(leaves, spec), kwargs)
+        print(
+            f"  compiling {what} failed in the background ({reason[:100]}; the folder's "
+            f"builder.log has the rest): running eagerly; delete {marker} to try again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
 
     def request(self, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
         """Queue this graph and its siblings not yet on disk for the builder, with one line
@@ -134,7 +153,11 @@ class AheadOfTime:
 
         flat = [*buffers.values(), *leaves]
         siblings = [(self.paths(flat, spec, kw)[0], kw) for kw in sibling_kwargs(kwargs)]
-        todo = [(p, kw) for p, kw in siblings if not p.exists() and p not in self.requested]
+        todo = [
+            (p, kw)
+            for p, kw in siblings
+            if not p.exists() and p not in self.requested and not packages.failed_marker(p).exists()
+        ]
         if not todo:
             return
         widths = tuple(sorted(kw["num_speculative_tokens"] for _, kw in todo if len(todo) > 1))
@@ -147,6 +170,10 @@ class AheadOfTime:
             self.unwritable = error.strerror or str(error)
             line = packages.cache_off_line(self.folder, self.unwritable)
             print(line, file=sys.stderr, flush=True)
+            return
+        except ValueError as error:  # the builder's settings: no background compile, said once
+            self.unwritable = str(error)
+            print(f"  {error}: running eagerly", file=sys.stderr, flush=True)
             return
         self.requested.update(p for p, _ in todo)
         what = announce.in_words(self.name, args, todo[0][1], widths)

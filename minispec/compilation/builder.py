@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import traceback
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
@@ -53,7 +54,9 @@ def request_build(
     with what rebuilds the calls: the function, its models, Inductor's options, the argument
     whose length the package leaves dynamic, and `args`, the example inputs (a copy of them as
     they are now, the models' buffers included). Then start a builder unless one runs. Raises
-    OSError if the folder cannot be written."""
+    OSError if the folder cannot be written, ValueError if the builder's niceness setting is
+    not one it can use (nothing is written then)."""
+    builder_niceness()  # checked here, where the run can say so, not in the builder's log
     requests = folder / "requests"
     requests.mkdir(parents=True, exist_ok=True)
     request = {
@@ -72,6 +75,9 @@ def request_build(
     try:
         torch.save(request, temp)
         os.replace(temp, requests / f"{name}.pt")  # named by time: the builder's order
+    except RuntimeError as error:  # torch.save's own error for a write that failed (full disk)
+        first = (str(error).strip().splitlines() or ["?"])[0][:80]
+        raise OSError(f"a build request could not be written: {first}") from None
     finally:
         temp.unlink(missing_ok=True)
     if not builder_running(folder):
@@ -132,7 +138,15 @@ def build_request(request_path: Path) -> None:
             continue  # built meanwhile, by another run's builder or a foreground compile
         packages.remove_package(path)
         start = time.perf_counter()
-        export.build_package(fn, models, options, dynamic_arg, path, buffers, leaves, spec, kwargs)
+        try:
+            export.build_package(
+                fn, models, options, dynamic_arg, path, buffers, leaves, spec, kwargs
+            )
+        except Exception as error:  # a full disk, a compiler error: said once, not retried
+            line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            with suppress(OSError):  # on a full disk even this may not be written
+                packages.failed_marker(path).write_text(line + "\n")
+            raise
         print(f"built {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
 
 
@@ -162,7 +176,16 @@ def main(argv: list[str]) -> int:
                 return 0
 
 
+def builder_niceness() -> int:
+    """The niceness the builder runs at: $MINISPEC_BUILDER_NICENESS (the test suite builds at 0,
+    since its tests wait for the build), else NICENESS. ValueError, naming the variable, for
+    anything but a whole number from 0 to 19."""
+    text = os.environ.get("MINISPEC_BUILDER_NICENESS", str(NICENESS))
+    if not text.strip().isdigit() or not 0 <= int(text) <= 19:
+        raise ValueError(f"MINISPEC_BUILDER_NICENESS={text!r} is not a whole number from 0 to 19")
+    return int(text)
+
+
 if __name__ == "__main__":
-    # MINISPEC_BUILDER_NICENESS: the test suite builds at 0, since the test waits for the build.
-    os.nice(int(os.environ.get("MINISPEC_BUILDER_NICENESS", NICENESS)))
+    os.nice(builder_niceness())
     sys.exit(main(sys.argv[1:]))

@@ -91,7 +91,7 @@ def build_package(
         packages.compile_package(program, Path(f"{temp}.pt2"), options)
         Path(f"{temp}.spec").write_bytes(pickle.dumps(out_specs[-1]))
         times = time.perf_counter() - start, packages.cpu_seconds() - cpu_start
-        packages.write_manifest(Path(f"{temp}.pt2"), Path(f"{temp}.spec"), *times)
+        packages.write_manifest(Path(f"{temp}.pt2"), Path(f"{temp}.spec"), path.stem, *times)
         for suffix in (".spec", ".json", ".pt2"):
             os.replace(f"{temp}{suffix}", path.with_suffix(suffix))
     finally:

@@ -73,10 +73,12 @@ def package_digest(package: Path, spec: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(package: Path, spec: Path, seconds: float, cpu: float) -> None:
-    """Beside the package (same name, .json): its checksum and how long it took to build, in
+def write_manifest(package: Path, spec: Path, graph: str, seconds: float, cpu: float) -> None:
+    """Beside the package (same name, .json): the graph it holds (its package name, which
+    hashes everything the code depends on), its checksum, and how long it took to build, in
     wall seconds and in CPU seconds (the C++ compiler's included)."""
-    manifest = {"sha256": package_digest(package, spec), "seconds": round(seconds, 1)}
+    manifest = {"graph": graph, "sha256": package_digest(package, spec)}
+    manifest["seconds"] = round(seconds, 1)
     manifest["cpu_seconds"] = round(cpu, 1)
     package.with_suffix(".json").write_text(json.dumps(manifest))
 
@@ -98,10 +100,14 @@ def read_manifest(package: Path) -> dict:
 
 def check_package(package: Path) -> str | None:
     """Why the package must not be loaded (a corrupt, truncated or empty file, a .spec or
-    manifest missing or changed), or None: its checksum matches the one written with it."""
-    expected = read_manifest(package).get("sha256")
+    manifest missing or changed, another graph's files under this name), or None: its
+    checksum matches the one written with it, for this graph."""
+    manifest = read_manifest(package)
+    expected = manifest.get("sha256")
     if expected is None:
         return "has no readable checksum"
+    if manifest.get("graph") != package.stem:
+        return f"holds another graph ({str(manifest.get('graph'))[:12]}...)"
     try:
         actual = package_digest(package, package.with_suffix(".spec"))
     except OSError as error:
@@ -109,8 +115,14 @@ def check_package(package: Path) -> str | None:
     return None if actual == expected else "does not match its checksum (corrupt or truncated)"
 
 
+def failed_marker(package: Path) -> Path:
+    """Where the builder says that building `package` failed (its error's first line): a run
+    then stays eager instead of asking for the same failing build again."""
+    return package.with_suffix(".failed")
+
+
 def remove_package(package: Path) -> None:
-    for suffix in (".pt2", ".spec", ".json"):
+    for suffix in (".pt2", ".spec", ".json", ".failed"):
         with suppress(OSError):
             package.with_suffix(suffix).unlink(missing_ok=True)
 
