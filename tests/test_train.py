@@ -48,7 +48,7 @@ def synthetic_corpus() -> Corpus:
 
 
 def run_train(monkeypatch: pytest.MonkeyPatch, corpus: Corpus, tmp: Path, *extra: str) -> int:
-    monkeypatch.setattr(train, "load_corpus", lambda: corpus)
+    monkeypatch.setattr(train, "load_corpus", lambda root=None: corpus)
     return train.main(
         [
             "--preset",

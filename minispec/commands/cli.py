@@ -287,7 +287,7 @@ def run_decode(argv: list[str]) -> int:
 # `--help` stays instant. By name, not by import: the table sits above every command, and the
 # benchmarks are not part of the installed package.
 COMMANDS = {
-    "train": "minispec.commands.train:main",
+    "train": "minispec.commands.train_args:main",
     "bench": "benchmarks.cli:bench",
     "bench-sampler": "benchmarks.cli:bench_sampler",
     "copy-score": "minispec.commands.copy_score:main",

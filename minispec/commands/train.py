@@ -1,22 +1,8 @@
 """Offline training of the draft/target pair: the target first, then a draft distilled from it.
 
-    python -m minispec train --preset cpu            # the shipped pair, about 100 min on one core
-    python -m minispec train --preset cpu --resume   # continue an interrupted run
-    python -m minispec train --preset cpu --force    # start afresh over a saved state
-    torchrun --standalone --nproc_per_node=N -m minispec train ...   # N processes (DDP)
-    python -m minispec train --only target --init-from checkpoints/target.safetensors \\
-        --copy-fraction 0.5 --steps 300 --lr 5e-4 --out-dir runs/copy  # fine-tune to copy
-
-Under torchrun every rank draws the same global batch (a pure function of seed and step) and
-trains on its own slice; DistributedDataParallel averages the gradients (gloo on CPU, nccl on
-CUDA), so N processes take the steps one process would. Only rank 0 writes.
-
-Periodic state (fp32 weights + AdamW moments + step) goes to runs/<preset>/<role>.state.safetensors,
-progress to runs/<preset>/<role>.log.jsonl (and stdout); the finished models go to checkpoints/
-(float16 for the cpu preset to fit the 30 MB budget) with a loss curve. Writes are atomic, so
-Ctrl-C or a kill at any moment leaves the last state intact (a kill also leaves a temporary
-file, which the next run removes), and `--resume` continues it with any number of processes.
-A saved state is never overwritten silently: start over with `--force`.
+The usage, the flags and what a run writes: train_args.py, which parses the flags before this
+module (and torch) is imported. Here: the batches, the schedule's learning rate, the training
+loop with its periodic state, and the export of the finished models.
 """
 
 from __future__ import annotations
@@ -36,9 +22,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minispec.commands.args import OneLineParser, integer, real
 from minispec.commands.corpus import Corpus, load_corpus
 from minispec.commands.curve import write_curve
+from minispec.commands.schedules import EVAL_WINDOWS, SCHEDULES, Schedule
 from model.checkpoint import (
     OPTIMIZER_PREFIX,
     load_checkpoint,
@@ -48,75 +34,6 @@ from model.checkpoint import (
 from model.config import PRESETS, GPTConfig
 from model.gpt import GPT
 from model.storage import remove_stale_temporaries
-
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    steps: int
-    batch_size: int
-    seq_len: int
-    lr: float
-    warmup: int = 100
-    distill_weight: float = (
-        0.0  # weight of KL(target || draft); the rest is next-byte cross-entropy
-    )
-    # Share of rows that teach copying (get_batch); 0 for the shipped pair.
-    copy_fraction: float = 0.0
-    save_every: int = 200
-    eval_every: int = 100  # held-out bits/byte on EVAL_WINDOWS windows, for the loss curve
-    export_dtype: str = "float32"
-
-
-EVAL_WINDOWS = 64  # 32k held-out bytes: a curve point in seconds; the final figure uses all of them
-
-
-SCHEDULES: dict[str, dict[str, Schedule]] = {
-    # The shipped pair: sized to train in under two hours on one CPU core; checkpoints/README.md
-    # gives the reasons for its batch and rate.
-    "cpu": {
-        "target": Schedule(
-            steps=600,
-            batch_size=16,
-            seq_len=512,
-            lr=2e-3,
-            save_every=50,
-            eval_every=50,
-            export_dtype="float16",
-        ),
-        "draft": Schedule(
-            steps=400,
-            batch_size=16,
-            seq_len=512,
-            lr=3e-3,
-            distill_weight=0.8,
-            save_every=50,
-            eval_every=50,
-            export_dtype="float16",
-        ),
-    },
-    "gpu": {
-        "target": Schedule(steps=20000, batch_size=64, seq_len=512, lr=1e-3, save_every=1000),
-        "draft": Schedule(
-            steps=10000, batch_size=64, seq_len=512, lr=2e-3, distill_weight=0.8, save_every=1000
-        ),
-    },
-    "tiny": {
-        "target": Schedule(
-            steps=30, batch_size=4, seq_len=64, lr=3e-3, warmup=5, save_every=10, eval_every=10
-        ),
-        "draft": Schedule(
-            steps=30,
-            batch_size=4,
-            seq_len=64,
-            lr=3e-3,
-            warmup=5,
-            distill_weight=0.8,
-            save_every=10,
-            eval_every=10,
-        ),
-    },
-}
-
 
 COPY_SPAN = (48, 240)  # bytes a copy row repeats: a few lines of code, as an edit rewrites
 BLANK_LINE = torch.tensor([ord("\n")] * 2)
@@ -532,73 +449,14 @@ def check_arguments(args: argparse.Namespace, state_dir: Path, roles: list[str])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(
-        prog="minispec train",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--preset", default="cpu", choices=sorted(SCHEDULES))
-    parser.add_argument(
-        "--out-dir", default="checkpoints", help="where the finished pair is written"
-    )
-    parser.add_argument(
-        "--state-dir", default=None, help="periodic training state (default runs/<preset>)"
-    )
-    parser.add_argument("--seed", type=integer(0), default=1234)
-    fresh_or_not = parser.add_mutually_exclusive_group()
-    fresh_or_not.add_argument(
-        "--resume", action="store_true", help="continue from the last saved state"
-    )
-    fresh_or_not.add_argument(
-        "--force", action="store_true", help="start afresh over a saved state"
-    )
-    parser.add_argument("--only", choices=["target", "draft"], help="train one model of the pair")
-    parser.add_argument(
-        "--no-compile", dest="compile", action="store_false", help="train eagerly (debugging)"
-    )
-    parser.add_argument(
-        "--fp32",
-        action="store_true",
-        help="no bf16 autocast even where bf16 is fast (runs with different process counts "
-        "then agree to fp32 rounding)",
-    )
-    for flag, kind in (
-        ("steps", integer(1)),
-        ("batch-size", integer(1)),
-        ("lr", real(positive=True)),
-    ):
-        parser.add_argument(
-            f"--{flag}", type=kind, help="override the preset's schedule (learning-rate sweeps)"
-        )
-    parser.add_argument(
-        "--copy-fraction",
-        type=real(0.0, high=1.0),
-        help="share of rows that repeat a span of their window, to teach in-context copying "
-        "(default 0)",
-    )
-    parser.add_argument(
-        "--init-from",
-        type=Path,
-        help="start the --only model from this checkpoint's weights (a fine-tune)",
-    )
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        help="where to train: cpu, or cuda (each torchrun process takes GPU LOCAL_RANK)",
-    )
-    parser.add_argument(
-        "--corpus-root",
-        type=Path,
-        help="read the corpus from this copy of a standard library instead of the running "
-        "interpreter's (its fingerprint says whether it is the same corpus)",
-    )
-    parser.add_argument(
-        "--check-args",
-        action="store_true",
-        help="check the arguments and folders, then stop (make train NPROC=N does this once "
-        "before torchrun starts its processes)",
-    )
-    args = parser.parse_args(argv)
+    """`python -m minispec.commands.train`: the flags (train_args.py), then run."""
+    from minispec.commands import train_args
+
+    return train_args.main(argv)
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Train what the parsed flags ask for (train_args.py parses them before torch loads)."""
     out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
     roles = [r for r in ("target", "draft") if args.only in (None, r)]
     check_arguments(args, state_dir, roles)
