@@ -118,9 +118,9 @@ class GPTConfig:
             raise ValueError("model config does not parse: nested too deeply") from None
 
 
-# Named presets. "cpu" is the shipped pair (trains in <= 60 min on 2 cores); "gpu" is a larger
-# pair meant for an accelerator. The draft is deliberately tiny: on a CPU a step's cost is its
-# weight traffic plus fixed per-layer overhead, so few, narrow layers keep c small.
+# Named presets. "cpu" has the shipped pair's shapes (its schedule trains them on a CPU); "gpu"
+# is a larger pair meant for an accelerator. The draft is deliberately tiny: on a CPU a step's
+# cost is its weight traffic plus fixed per-layer overhead, so few, narrow layers keep c small.
 PRESETS: dict[str, dict[str, GPTConfig]] = {
     "cpu": {
         "target": GPTConfig(n_layer=6, n_head=6, d_model=384, mlp_hidden=1024, max_seq_len=512),

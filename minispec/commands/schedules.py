@@ -27,8 +27,9 @@ EVAL_WINDOWS = 64  # 32k held-out bytes: a curve point in seconds; the final fig
 
 
 SCHEDULES: dict[str, dict[str, Schedule]] = {
-    # The shipped pair: sized to train in under two hours on one CPU core; checkpoints/README.md
-    # gives the reasons for its batch and rate.
+    # The shipped pair's models, on a schedule that trains them in under two hours on one CPU
+    # core. The shipped pair itself ran longer, on a GPU, with --steps and --batch-size
+    # (checkpoints/README.md).
     "cpu": {
         "target": Schedule(
             steps=600,

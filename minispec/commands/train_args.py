@@ -1,6 +1,7 @@
 """Offline training of the draft/target pair: the target first, then a draft distilled from it.
 
-    python -m minispec train --preset cpu            # the shipped pair, about 100 min on one core
+    python -m minispec train --preset cpu            # the shipped shapes, ~100 min on one core
+    python -m minispec train --device cuda --steps 3000 --batch-size 64 ...  # the shipped pair
     python -m minispec train --preset cpu --resume   # continue an interrupted run
     python -m minispec train --preset cpu --force    # start afresh over a saved state
     torchrun --standalone --nproc_per_node=N -m minispec train ...   # N processes (DDP)
