@@ -106,9 +106,11 @@ SHIPPED_PROMPTS = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_greedy_shipped_pair_speculative_equals_target_only(dtype: torch.dtype) -> None:
     """float32, and bfloat16 weights (the target is then the bfloat16 model, for both runs): a
-    batched (K+1)-token verify may round differently from a 1-token step and so could, in
-    principle, flip a near-tie between two logits. If this ever fails, look at the logit gap at
-    the first differing position before doubting the loop."""
+    batched (K+1)-token verify may round differently from a 1-token step and so may flip a
+    near-tie between two logits. A row may therefore part from the K = 0 tokens only where the
+    target's two best logits lie within two units of the dtype's rounding (measured: on the
+    shipped pair in bfloat16, one prompt parts at a gap of 0.0625, one bfloat16 unit at 8.9);
+    before that point, and wherever no such tie comes, the tokens must be equal."""
     target, draft = load_pair(CHECKPOINTS / "target.safetensors", CHECKPOINTS / "draft.safetensors")
     target, draft = target.to(dtype), draft.to(dtype)
     decoder = SpeculativeDecoder(target, draft, compile=False)
@@ -117,8 +119,25 @@ def test_greedy_shipped_pair_speculative_equals_target_only(dtype: torch.dtype) 
     baseline = decoder.generate(prompts, params(), SpeculativeConfig(0)).token_ids
     for k, method in ((4, "greedy"), (2, "probabilistic")):
         out = decoder.generate(prompts, params(), SpeculativeConfig(k, method))
-        assert out.token_ids == baseline, (k, method)
+        for prompt, got, expected in zip(prompts, out.token_ids, baseline):
+            if got != expected:
+                gap, unit = near_tie_at_first_difference(target, prompt, got, expected)
+                assert gap <= 2 * unit, (k, method, gap, unit)
         assert 0 < out.stats.accepted < out.stats.drafted, (k, method)
+
+
+def near_tie_at_first_difference(
+    target: GPT, prompt: list[int], got: list[int], expected: list[int]
+) -> tuple[float, float]:
+    """At the first position where two greedy outputs part: the gap between the target's two
+    best logits (a cache-free forward), and one unit of the rounding of the target's weights'
+    dtype at the best logit."""
+    at = next(i for i, (a, b) in enumerate(zip(got, expected + [-1])) if a != b)
+    with torch.no_grad():
+        logits = target(torch.tensor([prompt + expected[:at]]))[0, -1]
+    top = logits.float().topk(2).values
+    dtype = target.embed.weight.dtype  # the logits may come out wider than the weights
+    return float(top[0] - top[1]), torch.finfo(dtype).eps * abs(float(top[0]))
 
 
 # ---------------------------------------------------------------------------------------------

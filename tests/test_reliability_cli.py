@@ -24,7 +24,7 @@ import pytest
 from _cli import start_minispec
 from _enumerate import random_gpt
 
-from minispec.commands import copy_score, train
+from minispec.commands import copy_score, train, train_args
 from minispec.commands.cli import Streamer, json_safe, main, use_colour
 from model.checkpoint import save_checkpoint
 from model.tokenizer import VOCAB_SIZE
@@ -171,8 +171,8 @@ def test_train_removes_temporaries_of_killed_saves_before_it_starts(
         pass
 
     monkeypatch.setattr(train, "load_corpus", lambda root=None: (_ for _ in ()).throw(Stop()))
-    with pytest.raises(Stop):  # train.main is called directly: no front door to turn it into a line
-        train.main(["--out-dir", str(tmp_path), "--state-dir", str(tmp_path)])
+    with pytest.raises(Stop):  # called directly: no front door turns it into a line
+        train_args.main(["--out-dir", str(tmp_path), "--state-dir", str(tmp_path)])
     assert not stale.exists()
     assert f"removed {stale}" in capsys.readouterr().out
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minispec.commands import train
+from minispec.commands import train, train_args
 from minispec.commands.corpus import Corpus, load_corpus
 from minispec.commands.train import Schedule
 from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
@@ -49,7 +49,7 @@ def synthetic_corpus() -> Corpus:
 
 def run_train(monkeypatch: pytest.MonkeyPatch, corpus: Corpus, tmp: Path, *extra: str) -> int:
     monkeypatch.setattr(train, "load_corpus", lambda root=None: corpus)
-    return train.main(
+    return train_args.main(
         [
             "--preset",
             "tiny",

@@ -448,13 +448,6 @@ def check_arguments(args: argparse.Namespace, state_dir: Path, roles: list[str])
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m minispec.commands.train`: the flags (train_args.py), then run."""
-    from minispec.commands import train_args
-
-    return train_args.main(argv)
-
-
 def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     """Train what the parsed flags ask for (train_args.py parses them before torch loads)."""
     out_dir, state_dir = Path(args.out_dir), Path(args.state_dir or f"runs/{args.preset}")
