@@ -12,6 +12,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from minispec.checks import check_warm_up
 from minispec.decode import SpeculativeDecoder
 from minispec.devices import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int
@@ -139,8 +140,7 @@ def generate(
         num_speculative_tokens, draft_sample_method, rejection_sample_method, proposer
     )
     check_decoder_and_callback(decoder, on_tokens)
-    if not isinstance(warm_up, bool):  # "no" would be truthy: it would warm up and decode nothing
-        raise TypeError(f"warm_up must be a bool, got {type(warm_up).__name__}")
+    check_warm_up(warm_up)  # before a decoder is loaded
     decoder = decoder or load_decoder()
     out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
     texts = [tokenizer.decode(ids) for ids in out.token_ids]

@@ -43,6 +43,13 @@ def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill
         )
 
 
+def check_warm_up(warm_up) -> None:
+    """TypeError unless `warm_up` is a bool: "no" would be truthy, and a call would warm up and
+    decode nothing."""
+    if not isinstance(warm_up, bool):
+        raise TypeError(f"warm_up must be a bool (True or False), got {type(warm_up).__name__}")
+
+
 def check_request(
     prompts: list[list[int]],
     params: list[SamplingParams],

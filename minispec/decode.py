@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.checks import check_decoder, check_request
+from minispec.checks import check_decoder, check_request, check_warm_up
 from minispec.compilation import Announced, compile_round
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
@@ -207,8 +207,7 @@ class SpeculativeDecoder:
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
-        if not isinstance(warm_up, bool):
-            raise TypeError(f"warm_up must be True or False, got {type(warm_up).__name__}")
+        check_warm_up(warm_up)
         check_request(
             prompts,
             params,

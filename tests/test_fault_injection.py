@@ -746,5 +746,5 @@ def test_decoder_generate_refuses_a_warm_up_that_is_not_a_bool() -> None:
 
     decoder = SpeculativeDecoder(random_gpt(24, 1), compile=False)
     params = [SamplingParams(max_new_tokens=2)]
-    with pytest.raises(TypeError, match="warm_up must be True or False"):
+    with pytest.raises(TypeError, match="warm_up must be a bool"):
         decoder.generate([[1, 2]], params, SpeculativeConfig(0), warm_up="yes")
