@@ -66,6 +66,14 @@ class KVCache(nn.Module):
         self.v[rows, :, positions] = v.transpose(1, 2)
         return self.k, self.v
 
+    def move(self, source: torch.Tensor, destination: torch.Tensor) -> None:
+        """Copy each row's entries at slots source [B, T] to slots destination [B, T]. Every
+        source entry is read before any is written, so the two may overlap."""
+        rows = torch.arange(source.shape[0], device=source.device)[:, None]
+        k, v = self.k[rows, :, source], self.v[rows, :, source]  # gathered: copies
+        self.k[rows, :, destination] = k
+        self.v[rows, :, destination] = v
+
 
 def rope_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of position * frequency, [max_seq_len, head_dim // 2]."""
@@ -94,9 +102,8 @@ def cached_attention(
 
     Compiled for a CPU, it is written as broadcast products and sums, which Inductor fuses into
     a pass over the keys and a pass over the values, vectorized along D, where SDPA's CPU kernel
-    runs a small matrix product per row and head. A compiled 1-token forward of the shipped
-    target at B = 16 takes 0.83x the time it takes with SDPA, a 5-token one 0.93x, at B = 1
-    0.93-0.95x (docs/algorithm.md). Eager, it is SDPA: the broadcast product would be
+    runs a small matrix product per row and head: the faster of the two at decode sizes
+    (measured in docs/algorithm.md). Eager, it is SDPA: the broadcast product would be
     materialized, [B, H, T, S, D]. On a GPU SDPA is kept."""
     if not (torch.compiler.is_compiling() and q.device.type == "cpu"):
         gqa = k.shape[1] != q.shape[1]
@@ -136,26 +143,25 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        positions: torch.Tensor | None,
-        key_positions: torch.Tensor | None,
+        slots: torch.Tensor | None,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """positions None: a full forward, causal over the T tokens, bypassing any cache. Else k/v
-        are written to the cache at positions, and then either the cache's slots key_positions
-        [S] = arange(S) are read, S past every position, or, key_positions None, the T tokens
-        are a prefill (every row at positions 0..T-1) and attend to each other causally."""
+        """slots None: a full forward, causal over the T tokens, bypassing any cache. Else k/v
+        are written to the cache at slots [B, T], and then either the cache's first S slots are
+        read where mask [B, 1, T, S] is True, or, mask None, the T tokens are a prefill (every
+        row at slots 0..T-1) and attend to each other causally."""
         B, T, C = x.shape
         q, k, v = self.qkv(x, cos, sin)
         gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
-        cached = self.kv_cache is not None and positions is not None
+        cached = self.kv_cache is not None and slots is not None
         if cached:
-            cached_k, cached_v = self.kv_cache.update(positions, k, v)
-        if not cached or key_positions is None:
+            cached_k, cached_v = self.kv_cache.update(slots, k, v)
+        if not cached or mask is None:
             # Training, a full recompute or a prefill: plain causal attention over the T tokens.
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
-            live = key_positions.shape[0]  # views: no slot past them is read
+            live = mask.shape[-1]  # views: no slot past them is read
             k, v = cached_k.narrow(2, 0, live), cached_v.narrow(2, 0, live)
-            mask = key_positions[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, S]
             y = cached_attention(q, k, v, mask)
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
@@ -186,10 +192,10 @@ class Block(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        positions: torch.Tensor | None,
-        key_positions: torch.Tensor | None,
+        slots: torch.Tensor | None,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions, key_positions)
+        x = x + self.attn(self.attn_norm(x), cos, sin, slots, mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -272,6 +278,9 @@ class GPT(nn.Module):
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
+        *,
+        slots: torch.Tensor | None = None,
+        visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens [B, T] -> logits [B, T, V] (float32).
 
@@ -283,18 +292,36 @@ class GPT(nn.Module):
         `key_positions` [S], arange(S) with S above every position: the cache slots attention
         reads (a tensor, so that a compiled caller can keep S a dynamic size); None reads all
         max_seq_len. A position at or past S would not see its own key: the caller's bound.
+
+        For tokens that are not one sequence (a tree of drafts, whose siblings share a
+        position), `slots` [B, T] says where each token's k/v go instead of its position, and
+        `visible` [B, T, S] which of the S slots each token attends to instead of those at or
+        below its position.
         """
         B, T = tokens.shape
         rope_positions = positions
         if positions is None:
             rope_positions = torch.arange(T, device=tokens.device).expand(B, T)
         cos, sin = self.rope_at(rope_positions)
-        if positions is not None and key_positions is None:
-            key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
+        mask = None
+        if positions is not None:
+            if key_positions is None:
+                key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
+            if visible is None:
+                visible = key_positions[None, None, :] <= positions[:, :, None]  # [B, T, S]
+            mask = visible[:, None]
+        if slots is None:
+            slots = positions
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x, cos, sin, positions, key_positions)
+            x = block(x, cos, sin, slots, mask)
         return self.lm_head(self.norm(x)).float()
+
+    def move_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
+        """Copy every layer's cache entries at slots source [B, T] to destination [B, T] (a
+        tree's accepted path, moved to the positions it now holds)."""
+        for block in self.blocks:
+            block.attn.kv_cache.move(source, destination)
 
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin at positions [B, T]: [B, 1, T, D/2] each, in the model's dtype."""
@@ -306,8 +333,8 @@ class GPT(nn.Module):
         cache: a prompt's prefill. It leaves out what only logits need. Every row starts at 0,
         so attention among the T tokens is plain causal (no mask; the kernel skips the masked
         half), and the last block contributes its keys and values only: its attention output
-        and MLP, the final norm and the head feed nothing but logits (13 % of the shipped target's
-        matrix work). Right padding is harmless: a pad token sits past its row's prompt, where
+        and MLP, the final norm and the head feed nothing but logits (an n_layer-th of the
+        blocks' work, and the head's). Right padding is harmless: a pad token sits past its row's prompt, where
         the row's own tokens overwrite it before any query can see it."""
         B, T = tokens.shape
         positions = torch.arange(T, device=tokens.device).expand(B, T)
@@ -315,6 +342,6 @@ class GPT(nn.Module):
         x = self.embed(tokens)
         *inner, last = self.blocks
         for block in inner:
-            x = block(x, cos, sin, positions, None)
+            x = block(x, cos, sin, positions, None)  # mask None: causal among the T tokens
         _, k, v = last.attn.qkv(last.attn_norm(x), cos, sin)
         last.attn.kv_cache.update(positions, k, v)
