@@ -9,6 +9,9 @@ example's expected accepted drafts (10/9 token-wise, 11/9 block, 12/9 at best) f
 A rule maps one draft block X_1..X_L to its outcomes: for t = 0..L, the probability that the
 round keeps X_1..X_t and the (unnormalised) weights of the token Y it then draws. Nothing here
 is shared with the tensor sampler; it is the paper's rule written with whole distributions.
+``tree_round_law`` does the same for one round of tree verification (sampling/tree.py): every
+family of candidates the drafter can draw, and what the rule then keeps and draws; it shares
+only the tree's numbering (``tree_shape``) with the sampler.
 ``chi_square`` and ``chi_square_sf`` judge sampled sequences against such a law.
 """
 
@@ -18,6 +21,8 @@ from itertools import product
 from typing import Callable, Sequence
 
 import torch
+
+from sampling.tree import tree_shape
 
 Table = Callable[[tuple], Sequence]  # prefix of drafted tokens -> next-token distribution
 Outcomes = list[tuple[object, Sequence]]  # per t: P(keep exactly t drafts), Y's weights
@@ -163,6 +168,128 @@ def optimum_accepted(target: Table, draft: Table, num_drafts: int, vocab_size: i
                 small *= draft(prefix[:j])[x]
             total += min(big, small)
     return total
+
+
+# How a drafter fills a family of b siblings from its distribution q at their parent: "iid"
+# draws each from q (SpecInfer), "without_replacement" from q with the earlier siblings' tokens
+# removed (RSD), "top" takes q's b most likely tokens (a deterministic drafter: one-hot q_i).
+SIBLING_SCHEMES = ("iid", "without_replacement", "top")
+# "greedy" is the rule of a temperature-0 row: the first sibling equal to the target's argmax.
+TREE_RULES = ("standard", "naive", "greedy")
+
+
+def _normalised(weights: list) -> list:
+    """weights / sum(weights), or all zeros when there is no mass."""
+    total = sum(weights)
+    return [w / total for w in weights] if total else list(weights)
+
+
+def _one_hot(token: int, size: int) -> list:
+    return [int(v == token) for v in range(size)]
+
+
+def _argmax(p: Sequence) -> int:
+    """The first index of the largest entry, as the sampler breaks ties."""
+    return max(range(len(p)), key=lambda v: (p[v], -v))
+
+
+def sibling_draws(q: Sequence, size: int, scheme: str) -> list[tuple[tuple, object, list]]:
+    """Every family of ``size`` siblings the drafter can draw from q under ``scheme``, as
+    (tokens, probability, [q_0..q_{size-1}]) with q_i the distribution sibling i was drawn from
+    given the earlier ones (the q contract). Without replacement, a family larger than q's
+    support runs out: the sibling still stands, with q_i = 0 (never accepted) and token 0."""
+    if scheme == "top":
+        if size > len(q):
+            raise ValueError(f"a family of {size} top tokens needs V >= {size}, got {len(q)}")
+        tokens = tuple(sorted(range(len(q)), key=lambda v: (-q[v], v))[:size])
+        return [(tokens, 1, [_one_hot(x, len(q)) for x in tokens])]
+    draws = [((), 1, [])]
+    for _ in range(size):
+        longer = []
+        for tokens, prob, qs in draws:
+            q_i = list(q)
+            if scheme == "without_replacement":
+                q_i = _normalised([0 if v in tokens else w for v, w in enumerate(q)])
+            choices = [(x, w) for x, w in enumerate(q_i) if w] or [(0, 1)]
+            longer += [(tokens + (x,), prob * w, qs + [q_i]) for x, w in choices]
+        draws = longer
+    return draws
+
+
+def family_outcomes(p: Sequence, tokens: tuple, qs: list, rule: str) -> tuple[list, list]:
+    """One family under ``rule``, given its siblings' tokens and q_i: P(sibling i is chosen)
+    for each i, and the weights of the token drawn when none is (the final residual; p itself
+    for a family of none, a leaf). Sibling i is tested with probability P(the earlier ones were
+    rejected) and passes with min(1, r_i(x) / q_i(x))."""
+    if rule == "greedy":
+        top = _argmax(p)
+        first = next((i for i, x in enumerate(tokens) if x == top), None)
+        chosen = [int(i == first) for i in range(len(tokens))]
+        return chosen, [w * (v == top) for v, w in enumerate(p)]  # in p's type: exact stays so
+    chosen, reach, current = [], 1, list(p)
+    for x, q in zip(tokens, qs):
+        tested = p if rule == "naive" else current  # naive: every sibling against p
+        accept = min(1, tested[x] / q[x]) if q[x] else 0
+        chosen.append(reach * accept)
+        reach *= 1 - accept
+        base = p if rule == "naive" else current
+        excess = residual(1, base, q)
+        current = _normalised(excess) if sum(excess) else base  # no mass: keep r
+    return chosen, current
+
+
+def tree_round_law(
+    target: Table,
+    draft: Table,
+    branching: tuple[int, ...],
+    scheme: str,
+    rule: str = "standard",
+    node_mask: Sequence[bool] | None = None,
+) -> dict:
+    """P(the round emits exactly this tuple: the accepted path's tokens, then Y) for a tree of
+    shape ``branching`` drafted from ``draft`` by ``scheme`` and verified by ``rule``.
+
+    ``node_mask`` (per node 1..N, None: all real) removes nodes: a family is its real children
+    (those with every ancestor real too), drawn as a family of that size. Family by family from
+    the root: every draw of the family's candidates, each candidate's chance of being chosen,
+    then recursively what its own subtree emits (at context + its token), or the draw from the
+    final residual. The subtrees of the other candidates are never read, so they are summed
+    out, not enumerated."""
+    if scheme not in SIBLING_SCHEMES or rule not in TREE_RULES:
+        raise ValueError(f"scheme must be in {SIBLING_SCHEMES} and rule in {TREE_RULES}")
+    tree = tree_shape(branching)
+    mask = [True] + list(node_mask or [True] * tree.num_nodes)
+    real = [True]
+    for j in range(1, tree.num_nodes + 1):  # breadth first: a parent comes before its children
+        real.append(mask[j] and real[tree.parent[j]])
+    memo: dict = {}
+
+    def emitted_from(node: int, context: tuple) -> dict:
+        if (node, context) in memo:
+            return memo[node, context]
+        law: dict = {}
+        children = [c for c in tree.children(node) if real[c]]
+        p = target(context)
+        draws = sibling_draws(draft(context), len(children), scheme) if children else [((), 1, [])]
+        for tokens, prob, qs in draws:
+            chosen, weights = family_outcomes(p, tokens, qs, rule)
+            for child, x, share in zip(children, tokens, chosen):
+                if prob * share:
+                    for rest, sub in emitted_from(child, context + (x,)).items():
+                        law[(x,) + rest] = law.get((x,) + rest, 0) + prob * share * sub
+            stop, total = prob * (1 - sum(chosen)), sum(weights)
+            for y, w in enumerate(weights):
+                if stop * w:
+                    law[(y,)] = law.get((y,), 0) + stop * w / total
+        memo[node, context] = law
+        return law
+
+    return emitted_from(0, ())
+
+
+def total_variation(law: dict, other: dict):
+    """Half the L1 distance between two laws over tuples."""
+    return sum(abs(law.get(k, 0) - other.get(k, 0)) for k in set(law) | set(other)) / 2
 
 
 def chi_square(

@@ -1,8 +1,9 @@
 """A deliberately plain rejection sampler: Leviathan et al. 2022, Algorithm 1, block
-verification (Sun et al. 2024) and the drafter-invariant rule (Daliri et al. 2024), one request
-and one position at a time. It is slow on purpose
-and shares no code with the tensor version apart from the argument handling, so tests can hold
-the compiled sampler to it bit for bit, given the same uniforms and exponentials. Not for
+verification (Sun et al. 2024), the drafter-invariant rule (Daliri et al. 2024) and tree
+verification (SpecInfer, Miao et al. 2023; sampling/tree.py), one request and one position (or
+node) at a time. It is slow on purpose and shares no code with the tensor version apart from the
+argument handling (and the tree's shape, ``sampling.tree.TreeShape``), so tests can hold the
+compiled sampler to it bit for bit, given the same uniforms and exponentials. Not for
 production use.
 """
 
@@ -13,6 +14,7 @@ import torch
 from sampling.constraints import normalize_params
 from sampling.rejection import PLACEHOLDER_TOKEN_ID, RejectionOutput
 from sampling.rejection_args import REJECTION_SAMPLE_METHODS
+from sampling.tree import TREE_SAMPLE_METHODS, TreeOutput, TreeShape
 
 
 def target_distribution(
@@ -194,3 +196,113 @@ def rejection_sample(
         token_ids[b, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
         num_accepted[b] = len(emitted) - 1
     return RejectionOutput(token_ids, num_accepted)
+
+
+def _family(
+    p: list[float], children: list[int], x: list[int], q, uniforms: list[float], method: str
+) -> tuple[int | None, list[float]]:
+    """One family's tests, sibling by sibling, in float64: the first child that passes against
+    the current residual r (None if none does), and the residual left after the last one.
+    ``p``: the parent's target distribution; ``q(c)``: child c's draft distribution."""
+    residual = p
+    for c in children:
+        q_c = q(c)
+        tested = p if method == "naive" else residual  # naive: every sibling against p
+        r_x, q_x = tested[x[c]], q_c[x[c]]
+        if r_x > 0 and q_x > 0 and r_x >= uniforms[c] * q_x:  # u <= r(x) / q(x), no division
+            return c, residual
+        base = p if method == "naive" else residual
+        excess = [max(r_v - q_v, 0.0) for r_v, q_v in zip(base, q_c)]
+        mass = sum(excess)
+        residual = [e / mass for e in excess] if mass > 0 else base  # no mass: keep r
+    return None, residual
+
+
+def _tree_laws(logits: torch.Tensor, probs: torch.Tensor | None, x: list[int], t, k, top_p):
+    """p(j) and q(j) for one request, by node id: the target's distribution at node j (float32
+    [V]), and the values (floats) of the distribution node j's token was drawn from (``probs``
+    None: one-hot at x_j)."""
+
+    def p(node: int) -> torch.Tensor:
+        return target_distribution(logits[node].cpu(), t, k, top_p)
+
+    def q(node: int) -> list[float]:
+        if probs is not None:
+            return probs[node - 1].double().tolist()
+        return [float(v == x[node]) for v in range(logits.shape[-1])]
+
+    return p, q
+
+
+def _tree_request(
+    tree: TreeShape,
+    p,
+    q,
+    x: list[int],
+    uniforms: list[float],
+    real: list[bool],
+    greedy: bool,
+    method: str,
+    noise: torch.Tensor,
+) -> tuple[list[int], int]:
+    """The tree rule for one request, family by family from the root: the accepted path (node
+    ids), then the corrective or bonus token."""
+    node, path = 0, []
+    while True:
+        p_node = p(node)
+        children = [c for c in tree.children(node) if real[c]]
+        if greedy:  # pass the first child equal to the argmax; emit the argmax at the end
+            top = int(p_node.argmax())
+            chosen = next((c for c in children if x[c] == top), None)
+        else:
+            chosen, residual = _family(p_node.tolist(), children, x, q, uniforms, method)
+        # Every child rejected: the draw from r_b; no child to test (a leaf, or every child
+        # masked): r_b is p, the bonus.
+        if chosen is None:
+            token = top if greedy else draw(torch.tensor(residual, dtype=torch.float64), noise)
+            return path, token
+        path.append(chosen)
+        node = chosen
+
+
+def tree_rejection_sample(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    tree: TreeShape,
+    *,
+    temperature,
+    top_k,
+    top_p,
+    uniforms: torch.Tensor,
+    exponentials: torch.Tensor,
+    method: str = "standard",
+    node_mask: torch.Tensor | None = None,
+) -> TreeOutput:
+    """Same contract as ``sampling.tree_rejection_sample``, except the randomness must be
+    given. Node j's draft, uniform, q and mask are column j - 1 of theirs."""
+    assert method in TREE_SAMPLE_METHODS
+    batch_size, num_nodes = draft_token_ids.shape
+    params = normalize_params(temperature, top_k, top_p, batch_size, torch.device("cpu"))
+    token_ids = torch.full((batch_size, tree.max_depth + 1), PLACEHOLDER_TOKEN_ID)
+    num_accepted = torch.zeros(batch_size, dtype=torch.int64)
+    paths = torch.zeros(batch_size, tree.max_depth, dtype=torch.int64)
+    for b in range(batch_size):
+        t = float(params.temperature[b])
+        k = 0 if params.top_k is None else int(params.top_k[b])
+        top_p_b = 1.0 if params.top_p is None else float(params.top_p[b])
+        x = [0] + draft_token_ids[b].tolist()  # by node id; the root holds no draft
+        probs = None if draft_probs is None else draft_probs[b]
+        p, q = _tree_laws(target_logits[b], probs, x, t, k, top_p_b)
+        mask = [True] * num_nodes if node_mask is None else node_mask[b].tolist()
+        real = [True]
+        for j in range(1, num_nodes + 1):  # breadth first: a parent comes before its children
+            real.append(mask[j - 1] and real[tree.parent[j]])
+        u = [0.0] + uniforms[b].tolist()
+        noise = exponentials[b].cpu()
+        path, token = _tree_request(tree, p, q, x, u, real, t == 0, method, noise)
+        emitted = [x[c] for c in path] + [token]
+        token_ids[b, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
+        num_accepted[b] = len(path)
+        paths[b, : len(path)] = torch.tensor(path, dtype=torch.int64)
+    return TreeOutput(token_ids, num_accepted, paths)
