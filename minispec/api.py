@@ -107,6 +107,7 @@ def generate(
     draft_sample_method: str = "auto",
     rejection_sample_method: str = "standard",
     proposer: str = "draft_model",
+    tree_branching: tuple[int, ...] = (2,),
     warm_up: bool = False,
     temperature: float = 1.0,
     top_k: int = 0,
@@ -120,7 +121,9 @@ def generate(
 ) -> GenerateResult:
     """Speculatively decode each prompt. Sampling arguments apply to every request, unless
     `params` gives one SamplingParams per prompt; request i's seed is seed + i when seeded.
-    `warm_up`: compile every graph the settings can use (one round per K) and stop.
+    `tree_branching`: proposer "tree"'s candidates per node at the first depths
+    (SpeculativeConfig). `warm_up`: compile every graph the settings can use (one round per K)
+    and stop.
     `tokenizer` encodes the prompts and decodes the texts (hf_tokenizer.load_tokenizer gives a
     model folder's own); it must be the one the decoder's models were trained with.
 
@@ -137,7 +140,11 @@ def generate(
         check_params(params)
         check_not_both(shared)
     spec = SpeculativeConfig(
-        num_speculative_tokens, draft_sample_method, rejection_sample_method, proposer
+        num_speculative_tokens,
+        draft_sample_method,
+        rejection_sample_method,
+        proposer,
+        tree_branching=tree_branching,
     )
     check_decoder_and_callback(decoder, on_tokens)
     check_warm_up(warm_up)  # before a decoder is loaded

@@ -88,10 +88,11 @@ def check_request(
                 f"prompt {i} does not start with BOS (id {bos}): encode text with "
                 f"model.tokenizer.encode, which puts BOS first"
             )
-        if len(prompt) + p.max_new_tokens + k > context:
+        if len(prompt) + p.max_new_tokens + spec.verify_width > context:
+            drafts = "tree nodes" if spec.proposer == "tree" else "num_speculative_tokens"
             raise ValueError(
                 f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
-                f"{p.max_new_tokens} + num_speculative_tokens {k} exceed the "
+                f"{p.max_new_tokens} + {drafts} {spec.verify_width} exceed the "
                 f"context of {context} tokens"
             )
 

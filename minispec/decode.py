@@ -34,6 +34,7 @@ from minispec.round import RoundState, speculative_round
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
 from minispec.threads import prefill_threads
+from minispec.tree_round import tree_round
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID
 from sampling.constraints import RowConstraints
@@ -42,6 +43,8 @@ from sampling.constraints import RowConstraints
 # rounded up to a multiple of this (at most max_seq_len): the reads follow the rows' length
 # rather than the cache's, and logits stay bit-equal to a whole-cache read (tests/test_model.py).
 KV_BUCKET = 64
+# The round each proposer runs: speculative_round unless it has one of its own.
+ROUNDS = {"tree": tree_round}
 # The round's positional arguments: the carried RoundState, constraints, host_proposal,
 # relative_times, then key_positions, the one whose length changes from round to round
 # (compile_round's dynamic_arg).
@@ -72,6 +75,7 @@ class DecodeRun:
     outputs: list[list[int]]  # per row: the generated ids so far
     origins: list[list[str]]  # per row: where each came from
     histories: list[list[int]]  # per row: prompt and output, what a host proposer reads
+    tree_nodes: int = 0  # a tree round's nodes: the slots it writes past a row's last token
     draft_behind: int = 0  # tokens (the most of any row) emitted since the draft model last ran
     done: bool = False
 
@@ -128,7 +132,7 @@ class SpeculativeDecoder:
             in_round = None if isinstance(proposer, HostProposer) else proposer
             models = torch.nn.ModuleList(m for m in (self.target, self.draft) if m is not None)
             announced = compile_round(
-                partial(speculative_round, self.target, in_round),
+                partial(ROUNDS.get(name, speculative_round), self.target, in_round),
                 f"round[{name}]",
                 self.compile,
                 self.device,
@@ -253,12 +257,14 @@ class SpeculativeDecoder:
         # K = 0 only: no proposer runs, and any proposer's round is the baseline.
         proposer, announced = self.compiled_round(spec.proposer if widest else "draft_model")
         uses_draft = PROPOSERS[spec.proposer].needs == "draft"
+        tree = spec.proposer == "tree" and widest
         run_round = partial(
             announced,
             draft_sample_method=spec.draft_method,
             rejection_sample_method=spec.rejection_sample_method,
             eos_token_id=self.eos_token_id,
             adaptive=policy.adaptive,
+            **({"tree_branching": spec.tree.branching} if tree else {}),
         )
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
@@ -278,6 +284,7 @@ class SpeculativeDecoder:
             outputs=[[] for _ in prompts],
             origins=[[] for _ in prompts],
             histories=[list(p) for p in prompts],
+            tree_nodes=spec.verify_width if tree else 0,
         )
 
     def decode_round(self, run: DecodeRun) -> None:
@@ -301,7 +308,7 @@ class SpeculativeDecoder:
             run.constraints,
             host_proposal,
             plan.relative_times,
-            self.key_positions(longest, k),
+            self.key_positions(longest, max(k, run.tree_nodes) if k else 0),
             num_speculative_tokens=k,
         )
         result = Snapshot.read(snapshot, k)  # the round's one host read

@@ -16,6 +16,7 @@ from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import PROPOSERS  # the registry: its names are what `proposer` takes
 from sampling.constraints import RowConstraints, normalize_params
 from sampling.rejection_args import REJECTION_SAMPLE_METHODS
+from sampling.tree import TREE_SAMPLE_METHODS, TreeShape, tree_shape
 
 # "greedy": every row drafts the draft model's argmax (a one-hot q), whatever its temperature.
 # "probabilistic": every row samples from its own filtered q, which for a row at T = 0 is one-hot
@@ -25,6 +26,7 @@ from sampling.rejection_args import REJECTION_SAMPLE_METHODS
 # every mix of temperatures.
 DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
 MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
+MAX_TREE_NODES = 64  # a verify of more tokens costs several target steps on any device we run
 
 
 def check_int(name: str, value, kind: str = "an int") -> None:
@@ -97,6 +99,9 @@ class SpeculativeConfig:
     rejection_sample_method: str = "standard"
     proposer: str = "draft_model"
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    # proposer "tree": the candidates each node gets at the first depths, deeper ones a chain;
+    # K is the tree's depth. (2,) at K = 4: 2 candidates for the first token, 8 nodes in all.
+    tree_branching: tuple[int, ...] = (2,)
 
     def validate(self) -> None:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
@@ -125,6 +130,42 @@ class SpeculativeConfig:
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(choices)}")
+        if self.proposer == "tree":
+            self.validate_tree()
+
+    def validate_tree(self) -> None:
+        """The tree proposer's limits: a fixed depth, the token-wise rule, a bounded tree."""
+        k = self.num_speculative_tokens
+        if k == "auto":
+            raise ValueError("proposer 'tree' needs a fixed num_speculative_tokens (its depth)")
+        if self.rejection_sample_method not in TREE_SAMPLE_METHODS:
+            raise ValueError(
+                f"proposer 'tree' verifies with rejection_sample_method "
+                f"{' or '.join(map(repr, TREE_SAMPLE_METHODS))}, "
+                f"not {self.rejection_sample_method!r}"
+            )
+        branching = self.tree_branching
+        tree_shape(branching)  # ValueError for anything but a tuple of ints >= 1
+        if k and len(branching) > k:
+            raise ValueError(f"tree_branching {branching} is deeper than the tree's depth K = {k}")
+        if k and self.tree.num_nodes > MAX_TREE_NODES:
+            raise ValueError(
+                f"tree_branching {branching} at K = {k} has {self.tree.num_nodes} nodes; "
+                f"at most {MAX_TREE_NODES}"
+            )
+
+    @property
+    def tree(self) -> TreeShape:
+        """The tree proposer's shape at depth K: tree_branching, then a chain."""
+        k = self.num_speculative_tokens
+        return tree_shape(tuple(self.tree_branching) + (1,) * (k - len(self.tree_branching)))
+
+    @property
+    def verify_width(self) -> int:
+        """The most tokens past a row's last one a round writes to the caches: K, or the tree's
+        node count."""
+        widest = max(self.widths)
+        return self.tree.num_nodes if self.proposer == "tree" and widest else widest
 
     @property
     def draft_method(self) -> str:

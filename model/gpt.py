@@ -334,8 +334,8 @@ class GPT(nn.Module):
         so attention among the T tokens is plain causal (no mask; the kernel skips the masked
         half), and the last block contributes its keys and values only: its attention output
         and MLP, the final norm and the head feed nothing but logits (an n_layer-th of the
-        blocks' work, and the head's). Right padding is harmless: a pad token sits past its row's prompt, where
-        the row's own tokens overwrite it before any query can see it."""
+        blocks' work, and the head's). Right padding is harmless: a pad token sits past its
+        row's prompt, where the row's own tokens overwrite it before any query can see it."""
         B, T = tokens.shape
         positions = torch.arange(T, device=tokens.device).expand(B, T)
         cos, sin = self.rope_at(positions)

@@ -33,6 +33,7 @@ from minispec.commands.args import (
     THREADS_HELP,
     OneLineParser,
     check_device,
+    comma_list,
     device_name,
     fail,
     integer,
@@ -80,7 +81,15 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--proposer",
         default="draft_model",
-        help="draft_model, ngram (prompt lookup) or suffix (an index over the training corpus)",
+        help="draft_model, ngram (prompt lookup), suffix (an index over the training corpus) "
+        "or tree (the draft model drafts a tree, verified in one target forward; -k is its depth)",
+    )
+    p.add_argument(
+        "--tree-branching",
+        type=comma_list(integer(1, 64)),
+        default="2",
+        help="with --proposer tree: the candidates each node gets at the first depths, deeper "
+        "ones a chain (default 2: two candidates for the first token)",
     )
     p.add_argument(
         "--draft-sample-method",
@@ -226,6 +235,7 @@ def run_decode(argv: list[str]) -> int:
     kwargs = dict(
         num_speculative_tokens=args.num_speculative_tokens,
         proposer=args.proposer,
+        tree_branching=tuple(map(int, args.tree_branching.split(","))),
         draft_sample_method=args.draft_sample_method,
         rejection_sample_method=args.rejection_sample_method,
         temperature=args.temperature,

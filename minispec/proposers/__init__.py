@@ -2,6 +2,8 @@
 
 - ``DraftModelProposer``: a small model drafts, greedily or by sampling (draft_model.py).
 - ``NgramProposer``: the request's own prompt and output (prompt lookup), tensor ops.
+- ``TreeProposer``: the draft model drafts a tree, several candidates where it branches
+  (tree.py); its round is minispec/tree_round.py.
 - ``SuffixProposer``: the longest match of the recent context in a corpus (``SuffixIndex``), the
   most frequent continuation; looked up on the host, between rounds.
 
@@ -19,6 +21,7 @@ from minispec.proposers.draft_model import DraftModelProposer
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import DraftSampling, HostProposer, Proposal, Proposer
 from minispec.proposers.suffix import SuffixIndex, SuffixProposer
+from minispec.proposers.tree import TreeProposer
 from model.gpt import GPT
 
 
@@ -35,6 +38,7 @@ PROPOSERS: dict[str, Registered] = {
     "draft_model": Registered(lambda draft, index: DraftModelProposer(draft), needs="draft"),
     "ngram": Registered(lambda draft, index: NgramProposer()),
     "suffix": Registered(lambda draft, index: SuffixProposer(index), needs="suffix_index"),
+    "tree": Registered(lambda draft, index: TreeProposer(draft), needs="draft"),
 }
 
 __all__ = [
@@ -48,5 +52,6 @@ __all__ = [
     "Registered",
     "SuffixIndex",
     "SuffixProposer",
+    "TreeProposer",
     "ngram_propose",
 ]

@@ -1,0 +1,131 @@
+"""The draft model as a tree proposer: at each depth every node gets b_d candidate children
+(sampling/tree.py's TreeShape, e.g. 2 at the first depth and a chain below), all drafted in one
+draft-model step per depth, and all verified in one target forward (minispec/tree_round.py).
+
+Candidates of one family are drawn without replacement from the draft's q (the exponential
+race's top b: keys q(x) / E(x) with one Exp(1) row per family, whose order is that of
+successive draws without replacement), so q_i, the distribution the i-th sibling was drawn
+from, is q with the earlier siblings' tokens removed and renormalised: what the tree rule
+needs (the q contract of proposal.py, per sibling). A row at temperature 0, and every row under
+"greedy" drafts, takes the draft's top b tokens instead, each with a one-hot q. A family of one
+is drawn exactly as the chain proposer draws, so a tree with branching (1, 1, ...) is the chain.
+
+The cache layout: node j of a round that starts at seq_len (the root, node 0, being the row's
+last token at position seq_len - 1) is written to slot seq_len - 1 + j and rotated by its
+position seq_len - 1 + depth(j); it attends to the row's earlier tokens and to its own
+ancestors (`tree_visibility`). After the round the accepted path is moved to the slots of
+its positions (tree_round.py), so the cache again holds one sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minispec.proposers.proposal import DraftSampling, Proposal
+from minispec.state import LoopState
+from model.gpt import GPT
+from sampling.constraints import distribution
+from sampling.noise import race
+from sampling.tree import TreeShape
+
+
+def tree_visibility(
+    seq_len: torch.Tensor, tree: TreeShape, nodes: list[int], num_slots: int
+) -> torch.Tensor:
+    """[B, len(nodes), num_slots] bool: the cache slots each of `nodes` attends to, in the
+    layout of the module docstring: every slot before the root's, and its ancestors' (itself
+    and the root included)."""
+    ancestors = tree.ancestors(seq_len.device)[nodes]  # [T, N+1]
+    relative = torch.arange(num_slots, device=seq_len.device) - (seq_len[:, None] - 1)  # [B, S]
+    in_tree = (relative >= 0) & (relative <= tree.num_nodes)
+    on_path = ancestors[:, relative.clamp(0, tree.num_nodes)].permute(1, 0, 2)  # [B, T, S]
+    return (relative < 0)[:, None] | (in_tree[:, None] & on_path)
+
+
+def tree_forward(
+    model: GPT,
+    tokens: torch.Tensor,
+    seq_len: torch.Tensor,
+    tree: TreeShape,
+    nodes: list[int],
+    key_positions: torch.Tensor | None,
+) -> torch.Tensor:
+    """The logits [B, T, V] of tree nodes `nodes` (tokens [B, T]) in one forward of `model`,
+    reading the cache slots key_positions (all of them if None)."""
+    device = seq_len.device
+    node = torch.tensor(nodes, device=device)
+    depth = torch.tensor([tree.depth[j] for j in nodes], device=device)
+    num_slots = model.config.max_seq_len if key_positions is None else key_positions.shape[0]
+    return model(
+        tokens,
+        seq_len[:, None] - 1 + depth,
+        key_positions,
+        slots=seq_len[:, None] - 1 + node,
+        visible=tree_visibility(seq_len, tree, nodes, num_slots),
+    )
+
+
+class TreeProposer:
+    """Drafts a TreeShape per row: one draft step per depth, every node of the depth at once.
+    The first step feeds the row's last 2 tokens, as the chain proposer's does."""
+
+    def __init__(self, model: GPT) -> None:
+        self.model = model
+
+    def propose(
+        self,
+        state: LoopState,
+        tree: TreeShape,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
+    ) -> Proposal:
+        """The tree's N drafts [B, N] in node order, and their q_i [B, N, V] (None under
+        greedy drafts); sampling.noise [B, N, V] holds one Exp(1) row per node, of which a
+        family reads its first child's."""
+        seq_len = state.seq_len
+        back = torch.arange(1, -1, -1, device=seq_len.device)
+        positions = (seq_len[:, None] - 1 - back).clamp(min=0)
+        logits = self.model(state.tokens.gather(1, positions), positions, key_positions)[:, -1:]
+        ids, probs = [], []
+        for depth, width in enumerate(tree.branching, start=1):
+            first = 1 + sum(t.shape[1] for t in ids)  # the depth's first node id
+            parents = logits.shape[1]
+            # One Exp(1) row per family: its first child's (node ids count from 1).
+            rows = sampling.noise[:, first - 1 : first - 1 + parents * width]
+            noise = rows.unflatten(1, (parents, width))[:, :, 0]
+            x, q = self.children(logits, width, noise, sampling)  # [B, parents * width]
+            ids.append(x)
+            probs.append(q)
+            if depth < len(tree.branching):
+                nodes = list(range(first, first + x.shape[1]))
+                logits = tree_forward(self.model, x, seq_len, tree, nodes, key_positions)
+        draft_probs = None if sampling.method == "greedy" else torch.cat(probs, 1)
+        return Proposal(torch.cat(ids, 1), torch.full_like(seq_len, tree.num_nodes), draft_probs)
+
+    @staticmethod
+    def children(
+        logits: torch.Tensor, width: int, noise: torch.Tensor, sampling: DraftSampling
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`width` children for each parent of logits [B, P, V], in node order [B, P * width],
+        with their q_i [B, P * width, V] (None under greedy drafts); noise [B, P, V] holds one
+        Exp(1) row per family."""
+        if sampling.method == "greedy":  # a family of one: the argmax, as the chain's
+            top = logits.argmax(-1, keepdim=True) if width == 1 else logits.topk(width, -1).indices
+            return top.flatten(1), None
+        q = distribution(logits, sampling.constraints)  # [B, P, V]; one-hot at T = 0
+        if width == 1:  # one draw from q: the chain proposer's
+            return race(q, noise), q
+        # The race's top `width` keys q(x) / E(x) are `width` draws without replacement; a row
+        # at temperature 0 takes the draft's top tokens, each with a one-hot q.
+        greedy = (sampling.constraints.temperature == 0)[:, None, None]
+        keys = torch.where(greedy, logits, torch.where(q > 0, q / noise, -1.0))
+        x = keys.topk(width, -1).indices  # [B, P, width], in draw order
+        vocab = torch.arange(logits.shape[-1], device=logits.device)
+        drawn = x[..., None] == vocab  # [B, P, width, V]: one-hot rows
+        earlier = drawn.cumsum(2) > drawn.long()  # drawn by an earlier sibling
+        remaining = torch.where(earlier, 0.0, q[:, :, None])
+        mass = remaining.sum(-1, keepdim=True)
+        # A family wider than q's support runs out of mass: q_i = 0, a draft never accepted.
+        q_i = torch.where(mass > 0, remaining / mass.clamp(min=1e-30), 0.0)
+        q_i = torch.where(greedy[..., None], drawn.float(), q_i)
+        return x.flatten(1), q_i.flatten(1, 2)
