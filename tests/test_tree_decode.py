@@ -180,3 +180,17 @@ def test_the_caches_hold_the_sequence_after_tree_rounds(
                     got = getattr(kept.attn.kv_cache, name)[row, :, :known]
                     want = getattr(expected.attn.kv_cache, name)[0, :, :known]
                     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_verify_expects_the_exact_tree_figures() -> None:
+    """`make verify` part 5's expected figures: the exact acceptance of two candidates on the
+    worked example (17/20 i.i.d., 28943/32300 without replacement), output p for the tree rule
+    and not for naive."""
+    from minispec.commands.verify_checks import P, tree_law
+
+    accept, law = tree_law("iid", "standard")
+    assert accept == pytest.approx(17 / 20) and law == pytest.approx(P)
+    accept, law = tree_law("without_replacement", "standard")
+    assert accept == pytest.approx(28943 / 32300) and law == pytest.approx(P)
+    _, law = tree_law("without_replacement", "naive")
+    assert abs(law - P).sum() > 0.1

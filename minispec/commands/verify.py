@@ -16,13 +16,19 @@
    accepted drafts is 10/9 token-wise, 11/9 with block verification and 12/9 at the optimum,
    exact rationals from enumerating every draft block (sampling.exact_law); the first two are
    also simulated through the compiled sampler, and the first token of a round must follow Mb.
-4. The exact rules (standard, block, drafter_invariant) through the decode loop, where a
+4. The exact rules (standard, block, drafter_invariant, the tree) through the decode loop, where a
    round may not reuse a number an earlier round's kept outcome depended on: a tiny random
    target (V = 5) and a draft close to it, prompt [1, 3], K = 3, T = 1, probabilistic drafts,
    --loop-rows rows with their own seeds, 3 new tokens each. The empirical law of the 125
    sequences against the target's, enumerated from its conditionals, by a chi-square over
    every cell; the run fails if p < 1e-6. (Noise that a later round reuses after block
    verification conditioned it fails this check: tests/test_noise_rounds.py.)
+
+5. The tree rule (sampling/tree.py, --proposer tree) on part 1's p and q: two candidates for
+   one token, drawn from q without replacement or i.i.d., and naive (the second candidate
+   tested against p instead of the residual). Expected, exact from sampling.exact_law:
+   acceptance 28943/32300 = 0.896 and 17/20, output p; naive's output is off p. Part 4 also
+   runs the tree (two candidates at the first depth, K = 3) through the loop.
 
 Every measured figure is compared with its exact expected value; the run fails (exit 1) if
 any is off by more than 6 standard deviations of its sampling error (a false alarm has
@@ -56,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         device_or_exit,
         through_the_loop,
         tokens_per_round,
+        tree_example,
         worked_example,
     )
 
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens_per_round(args.rounds, args.seed, verdict)
         block_toy_example(args.rounds, args.seed, verdict)
         through_the_loop(args.loop_rows, args.seed, verdict)
+        tree_example(args.draws, args.seed, verdict)
     if verdict.failures:
         print("\nFAILED: " + "; ".join(verdict.failures))
         return 1
