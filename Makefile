@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train bench bench-guard bench-gpu gpu-check verify vllm-check wheel-check clean
+.PHONY: help install decode lint test train bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> result
 # replaces the reference (docs/benchmarks.md, "The speed guard").
 bench-guard: $(STAMP)  ## a few minutes of part 2 against results/guard.json: run after changing the round
 	$(PY) -m benchmarks.guard $(ARGS)
+
+bench-tree: $(STAMP)  ## trees of drafts against chains: tokens per target forward, tok/s -> results/tree.md
+	$(PY) -m benchmarks.bench_tree $(ARGS)
 
 # The GPU check runs with the machine's own CUDA torch: no venv, no install, no network.
 gpu-check:  ## the GPU path in a few minutes: greedy tokens, speed, captures, the law -> results/gpu/check.md
