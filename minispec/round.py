@@ -23,11 +23,10 @@ import torch
 
 from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState, next_width
 from minispec.proposers import DraftSampling, Proposal, Proposer
-from minispec.proposers.draft_model import draw
 from minispec.rng import round_noise
-from minispec.state import LoopState, advance, observe
+from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
-from sampling import rejection_sample
+from sampling import rejection_sample, sample
 from sampling.constraints import RowConstraints, distribution
 
 
@@ -66,7 +65,13 @@ def accept(
     """The emitted tokens [B, K+1] (n accepted drafts, then the corrective or bonus token, then
     placeholders) and n [B]. With no drafts, the target's next token is sampled."""
     if proposal is None:
-        token, _ = draw(target_logits[:, 0], constraints, noise)
+        token = sample(
+            target_logits[:, 0],
+            **constraints._asdict(),
+            exponentials=noise,
+            compiled=False,
+            check_values=False,
+        ).token_ids
         return token[:, None], torch.zeros_like(token)
     return rejection_sample(
         target_logits,
@@ -131,12 +136,12 @@ def speculative_round(
     if k:
         beta = acceptance_probability(target_logits, proposal, constraints)
     num_drafts = None if proposal is None else proposal.num_draft_tokens
-    observed = observe(state, num_accepted, num_drafts, beta)
-    state, snapshot = advance(state, emitted, num_accepted, num_drafts, observed, eos_token_id)
+    alpha_stats = alpha_statistics(state, num_accepted, num_drafts, beta)
+    state, snapshot = advance(state, emitted, num_accepted, num_drafts, alpha_stats, eos_token_id)
     adaptive_state = carried.adaptive_state
     if adaptive is not None:
         adaptive_state, choice = next_width(
-            state, adaptive_state, observed, adaptive, relative_times
+            state, adaptive_state, alpha_stats, adaptive, relative_times
         )
         snapshot = torch.cat([snapshot, choice.expand(snapshot.shape[0])[:, None]], 1)
     return RoundState(state, adaptive_state), snapshot

@@ -71,29 +71,31 @@ class LoopState(NamedTuple):
         )
 
 
-class Observation(NamedTuple):
-    """What one round saw of each active row's acceptance (zeros for done rows)."""
+class AlphaStatistics(NamedTuple):
+    """What one round adds to each active row's alpha (zeros for done rows): alpha is the sum
+    of beta over the tested positions, over their count."""
 
     tested: torch.Tensor  # [B] positions the sampler tested: the first n + 1, at most L
     beta_sum: torch.Tensor  # [B] float64: sum of beta over them
 
 
-def observe(
+def alpha_statistics(
     state: LoopState,
     num_accepted: torch.Tensor,
     num_draft_tokens: torch.Tensor | None,
     beta: torch.Tensor | None,
-) -> Observation:
+) -> AlphaStatistics:
     """The tested positions of a round with L = num_draft_tokens drafts per row: the first
-    n + 1 of them, and only n when all L passed (nothing tested the end of a proposal)."""
+    n + 1 of them, and only n when all L passed (nothing tested the end of a proposal); and
+    beta summed over them."""
     active = ~state.done
     if num_draft_tokens is None:  # K = 0
         zero = torch.zeros_like(num_accepted)
-        return Observation(zero, zero.double())
+        return AlphaStatistics(zero, zero.double())
     tested = torch.where(active, torch.minimum(num_accepted + 1, num_draft_tokens), 0)
     position = torch.arange(beta.shape[1], device=beta.device)
     beta_sum = torch.where(position < tested[:, None], beta, 0).sum(1).double()
-    return Observation(tested, beta_sum)
+    return AlphaStatistics(tested, beta_sum)
 
 
 def emitted_count(
@@ -119,7 +121,7 @@ def advance(
     emitted: torch.Tensor,
     num_accepted: torch.Tensor,
     num_draft_tokens: torch.Tensor | None,
-    observed: Observation,
+    alpha_stats: AlphaStatistics,
     eos_token_id: int,
 ) -> tuple[LoopState, torch.Tensor]:
     """Append each row's kept tokens and move it forward by their count (Algorithm 1's
@@ -137,7 +139,7 @@ def advance(
     generated = state.generated + count
     done = state.done | ((emitted == eos_token_id) & keep).any(1) | (generated >= state.max_new)
     drafts = torch.zeros_like(count) if num_draft_tokens is None else num_draft_tokens
-    new = accumulate_stats(state, num_accepted, drafts, observed)._replace(
+    new = accumulate_stats(state, num_accepted, drafts, alpha_stats)._replace(
         tokens=state.tokens.scatter(1, index, written),
         seq_len=state.seq_len + count,
         generated=generated,
@@ -160,7 +162,7 @@ def accumulate_stats(
     state: LoopState,
     num_accepted: torch.Tensor,
     num_draft_tokens: torch.Tensor,
-    observed: Observation,
+    alpha_stats: AlphaStatistics,
 ) -> LoopState:
     """Count the round for each active row: its drafts, the accepted ones, the accepted prefix
     per position, and beta at the positions the sampler tested."""
@@ -173,8 +175,8 @@ def accumulate_stats(
         drafted=state.drafted + torch.where(active, num_draft_tokens, 0),
         accepted=state.accepted + torch.where(active, num_accepted, 0),
         position_accepted=state.position_accepted + prefix.long(),
-        alpha_sum=state.alpha_sum + observed.beta_sum,
-        alpha_count=state.alpha_count + observed.tested,
+        alpha_sum=state.alpha_sum + alpha_stats.beta_sum,
+        alpha_count=state.alpha_count + alpha_stats.tested,
     )
 
 

@@ -22,7 +22,7 @@ from minispec.proposers import DraftSampling, TreeProposer
 from minispec.proposers.tree import tree_forward
 from minispec.rng import round_noise
 from minispec.round import RoundState
-from minispec.state import LoopState, advance, observe
+from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling.constraints import RowConstraints, distribution
 from sampling.tree import TreeOutput, TreeShape, tree_rejection_sample, tree_shape
@@ -110,8 +110,8 @@ def tree_round(
         target_logits, proposal.draft_probs, proposal.draft_token_ids, tree, output, constraints
     )
     depth = torch.full_like(state.seq_len, tree.max_depth)
-    observed = observe(state, output.num_accepted, depth, beta)
+    alpha_stats = alpha_statistics(state, output.num_accepted, depth, beta)
     state, snapshot = advance(
-        state, output.token_ids, output.num_accepted, depth, observed, eos_token_id
+        state, output.token_ids, output.num_accepted, depth, alpha_stats, eos_token_id
     )
     return RoundState(state, carried.adaptive_state), snapshot

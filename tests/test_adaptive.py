@@ -22,7 +22,7 @@ from minispec.policies.width_choice import (
     next_width,
     update_estimate,
 )
-from minispec.state import LoopState, Observation
+from minispec.state import AlphaStatistics, LoopState
 from minispec.stats import predicted_speedup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -138,7 +138,7 @@ def test_rows_start_from_their_prior_and_drift_back_to_it() -> None:
     all at 0.3, and a row that stops drafting returns to its prior."""
     config, b = AdaptiveConfig(prior_alpha=0.7), 2
     times = RoundTimes(c=0.3).relative(config.widths)
-    nothing = Observation(torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.float64))
+    nothing = AlphaStatistics(torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.float64))
     state = LoopState.start(torch.zeros(b, 4, dtype=torch.long), [1] * b, [100] * b, [0] * b, 8)
 
     def choice(prior: float) -> int:
@@ -268,13 +268,13 @@ def test_width_schedule_leaves_rounds_that_compiled_out_of_the_times() -> None:
     compared: one of them would be compared with a compile."""
     times = RoundTimes(c=0.1)
     schedule = schedule_of((0, 2), times)
-    schedule.advance(0.01, 1, done=False)  # K = 0; the rounds choose K = 2 next
-    schedule.advance(None, 0, done=False)  # K = 2 compiled: untimed, so due again
+    schedule.follow(0.01, 1, done=False)  # K = 0; the rounds choose K = 2 next
+    schedule.follow(None, 0, done=False)  # K = 2 compiled: untimed, so due again
     assert times.rounds == 1 and times.steps == {}
-    schedule.advance(0.02, 0, done=False)  # K = 2, after the round that compiled
+    schedule.follow(0.02, 0, done=False)  # K = 2, after the round that compiled
     assert times.rounds == 2 and times.steps == {}
     assert schedule.relative_times.tolist() == pytest.approx([1.0, 1.2])  # still the model
-    schedule.advance(0.01, 0, done=False)  # K = 0 right after a timed K = 2
+    schedule.follow(0.01, 0, done=False)  # K = 0 right after a timed K = 2
     assert list(times.steps[(0, 2)]) == pytest.approx([math.log(2)])
     # The round's chooser sees the new step at once.
     assert schedule.relative_times.tolist() == pytest.approx([1.0, 2.0], rel=1e-4)
@@ -290,12 +290,12 @@ def test_width_schedule_times_every_width_once_before_following_the_choice() -> 
     ran = []
     for _ in range(5):
         ran.append(schedule.k)
-        schedule.advance(0.01 * (1 + schedule.k), 0, done=False)
+        schedule.follow(0.01 * (1 + schedule.k), 0, done=False)
     assert ran == [2, 0, 4, 0, 0]
     assert set(times.last_timed) == {0, 2, 4}
     # A round that compiled is not a time: its width is tried again.
     other = schedule_of((0, 2), RoundTimes(c=0.1))
-    other.advance(None, 1, done=False)
+    other.follow(None, 1, done=False)
     assert other.k == 0
 
 
@@ -338,7 +338,7 @@ def test_a_width_not_run_for_a_while_is_timed_again() -> None:
     for _ in range(30):
         ran.append(schedule.k)
         # K = 4 looks slow the one time it runs; the rounds always choose index 1, K = 2.
-        schedule.advance(0.05 if schedule.k == 4 else 0.01, 1, done=False)
+        schedule.follow(0.05 if schedule.k == 4 else 0.01, 1, done=False)
     assert ran[:3] == [0, 2, 4]  # each width timed once at first (schedule.k starts at 0)
     assert ran[11:14] == [0, 2, 4]  # each 10 rounds after its last time
     assert ran.count(0) == ran.count(4) == 3 and ran.count(2) == 24

@@ -9,6 +9,7 @@ gives.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
@@ -35,7 +36,7 @@ from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState
 from minispec.proposers import SuffixIndex, SuffixProposer
 from minispec.round import RoundState
-from minispec.state import LoopState, Snapshot, advance, observe
+from minispec.state import LoopState, Snapshot, advance, alpha_statistics
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
 
@@ -123,8 +124,8 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
         alpha_count=torch.zeros(b, dtype=torch.long),
     )
     num_drafts = torch.full((b,), k)
-    observed = observe(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
-    new, snapshot = advance(state, emitted, num_accepted, num_drafts, observed, e)
+    alpha_stats = alpha_statistics(state, num_accepted, num_drafts, torch.full((b, k), 0.5))
+    new, snapshot = advance(state, emitted, num_accepted, num_drafts, alpha_stats, e)
     counts = [3, 2, 1, 0, 1]
     assert new.seq_len.tolist() == [s + c for s, c in zip(seq_len.tolist(), counts)]
     assert new.generated.tolist() == [3, 5, 2, 2, 1]
@@ -610,6 +611,7 @@ def test_auto_k_never_times_a_round_that_compiled(monkeypatch: pytest.MonkeyPatc
     graphs: set[tuple] = set()
 
     def slow_first_call(fn, **options):
+        @functools.wraps(fn)  # fn's signature, as torch.compile keeps it
         def run(*args, **kwargs):
             key = minispec.compilation.announce.describe(args, kwargs)
             if key not in graphs:
@@ -644,6 +646,7 @@ def test_greedy_and_sampled_calls_share_the_round_graph(monkeypatch: pytest.Monk
     keys: list[tuple] = []
 
     def recording_compile(fn, **options):
+        @functools.wraps(fn)  # fn's signature, as torch.compile keeps it
         def run(*args, **kwargs):
             keys.append(minispec.compilation.announce.describe(args, kwargs))
             return fn(*args, **kwargs)

@@ -111,9 +111,9 @@ class FamilyPrior:
     """Host-side: the alpha a new call's rows start from, and drift back to, for one graph
     family (as RoundTimes): the alpha the family's past calls measured, each call's beta pooled
     over its verified positions, older calls decayed by call_decay, shrunk towards prior_alpha
-    as a row's estimate is (prior_alpha before any call). A pair's alpha is far from a generic
-    prior (the shipped pair's is near 0.9 at T = 0), and starting there would spend a call's
-    first rounds at a K too small. Exact: it reads finished calls only."""
+    as a row's estimate is (prior_alpha before any call). A pair's alpha can be far from a
+    generic prior (higher at T = 0 than at T = 1), and starting there would spend a call's
+    first rounds at a K too far off. Exact: it reads finished calls only."""
 
     estimate: AlphaEstimate = field(default_factory=lambda: initial_estimate(1))
 
@@ -210,12 +210,12 @@ class AdaptivePolicy:
         return Plan(self.k, self.relative_times.to(self.device))
 
     def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
-        return self.advance(seconds, snapshot.next_width, snapshot.done)
+        return self.follow(seconds, snapshot.next_width, snapshot.done)
 
-    def advance(self, seconds: float | None, next_width: int, done: bool) -> bool:
+    def follow(self, seconds: float | None, next_width: int, done: bool) -> bool:
         """After a round at width self.k that took `seconds` (None: it compiled) and chose
-        widths[next_width] for the next: set the next round's K, and say whether the call is
-        over (`done`: every row is)."""
+        widths[next_width] for the next: time it, follow its choice (or run a width that is
+        due), and say whether the call is over (`done`: every row is)."""
         if seconds is not None:
             self.times.observe(self.k, seconds, self.previous)
             if self.previous is not None and self.previous[0] != self.k:  # a new step

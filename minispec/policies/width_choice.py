@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from minispec.state import LoopState, Observation, remaining_tokens
+from minispec.state import AlphaStatistics, LoopState, remaining_tokens
 from minispec.stats import expected_tokens_per_round
 
 DEFAULT_WIDTHS = (0, 2, 4, 8)
@@ -151,17 +151,21 @@ def choose_width(
 def next_width(
     state: LoopState,
     adaptive_state: AdaptiveState,
-    observed: Observation,
+    alpha_stats: AlphaStatistics,
     config: AdaptiveConfig,
     relative_times: torch.Tensor,
 ) -> tuple[AdaptiveState, torch.Tensor]:
-    """Inside the round, after it advanced to `state`: fold this round's observations into each
-    row's running alpha and choose the next round's width (an index into config.widths, 0-d),
-    which rides in the round's snapshot. relative_times [W]: the widths' times as the policy
-    last measured them (adaptive.RoundTimes.relative). Only what this round already emitted
-    enters: never the next round's noise."""
+    """Inside the round, after it advanced to `state`: fold this round's alpha statistics into
+    each row's running alpha and choose the next round's width (an index into config.widths,
+    0-d), which rides in the round's snapshot. relative_times [W]: the widths' times as the
+    policy last measured them (adaptive.RoundTimes.relative). Only what this round already
+    emitted enters: never the next round's noise."""
     estimate = update_estimate(
-        adaptive_state.estimate, observed.beta_sum, observed.tested, config.decay, config.idle_decay
+        adaptive_state.estimate,
+        alpha_stats.beta_sum,
+        alpha_stats.tested,
+        config.decay,
+        config.idle_decay,
     )
     alpha = current_alpha(estimate, adaptive_state.prior, config.prior_weight)
     remaining = remaining_tokens(state)
