@@ -23,13 +23,14 @@ from typing import Callable, NamedTuple
 import torch
 
 from minispec.checks import check_decoder, check_request, check_warm_up
-from minispec.compilation import Announced, compile_round
+from minispec.compilation import Compiled, compile_round
 from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
-from minispec.proposers import PROPOSERS, HostProposer, Proposer, SuffixIndex
+from minispec.policies.width_choice import AdaptiveConfig
+from minispec.proposers import PROPOSERS, HostProposer, Proposal, Proposer, SuffixIndex
 from minispec.round import RoundState, speculative_round
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
@@ -43,12 +44,9 @@ from sampling.constraints import RowConstraints
 # rounded up to a multiple of this (at most max_seq_len): the reads follow the rows' length
 # rather than the cache's, and logits stay bit-equal to a whole-cache read (tests/test_model.py).
 KV_BUCKET = 64
-# The round each proposer runs: speculative_round unless it has one of its own.
+# The round function each proposer runs: speculative_round unless it has one of its own (of the
+# same signature).
 ROUNDS = {"tree": tree_round}
-# The round's positional arguments: the carried RoundState, constraints, host_proposal,
-# relative_times, then key_positions, the one whose length changes from round to round
-# (compile_round's dynamic_arg).
-KEY_POSITIONS_ARG = 4
 
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
 
@@ -59,12 +57,50 @@ class GenerationOutput(NamedTuple):
     stats: DecodeStats
 
 
+@dataclass(frozen=True, slots=True)
+class Round:
+    """A round as one generate() call runs it. Bound once, what the round bakes in (each value
+    its own graph): the fields. Passed at each call, by name, what changes from round to
+    round: the carried state and the tensors the round reads, and K (a graph per K)."""
+
+    compiled: Compiled  # the round function (ROUNDS) with its target and proposer, compiled
+    draft_sample_method: str
+    rejection_sample_method: str
+    eos_token_id: int
+    adaptive: AdaptiveConfig | None  # with a config, the round also chooses the next K
+    tree_branching: tuple[int, ...] | None = None  # tree_round's shape; None for the others
+
+    def __call__(
+        self,
+        *,
+        carried: RoundState,
+        constraints: RowConstraints,
+        host_proposal: Proposal | None,
+        relative_times: torch.Tensor | None,
+        key_positions: torch.Tensor | None,
+        num_speculative_tokens: int,
+    ) -> tuple[RoundState, torch.Tensor]:
+        tree = {} if self.tree_branching is None else {"tree_branching": self.tree_branching}
+        return self.compiled(
+            carried,
+            constraints,
+            host_proposal,
+            relative_times,
+            key_positions,
+            num_speculative_tokens=num_speculative_tokens,
+            draft_sample_method=self.draft_sample_method,
+            rejection_sample_method=self.rejection_sample_method,
+            eos_token_id=self.eos_token_id,
+            adaptive=self.adaptive,
+            **tree,
+        )
+
+
 @dataclass(slots=True)
 class DecodeRun:
     """One generate() call in flight: what its rounds read and write on the host."""
 
-    run_round: Callable  # the compiled round, the call's static arguments bound
-    announced: Announced  # the same round unbound: it says whether its last call compiled
+    round: Round
     host_proposer: HostProposer | None  # proposes on the host, between rounds
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     policy: Policy  # chooses each round's K
@@ -118,29 +154,29 @@ class SpeculativeDecoder:
             target.config.max_seq_len, draft.config.max_seq_len if draft else math.inf
         )
         # One compiled round per proposer; inside each, one graph per (K, B, methods, filters).
-        self.rounds: dict[tuple, tuple[Proposer | HostProposer, Announced]] = {}
+        self.rounds: dict[tuple, tuple[Proposer | HostProposer, Compiled]] = {}
         # What policies keep across calls: adaptive K's measurements per graph family.
         self.families: dict[tuple, FamilyMeasurements] = {}
         self.lock = threading.Lock()  # one generate() at a time (see generate)
 
-    def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Announced]:
-        """The round provider: proposer `name` (PROPOSERS) and its compiled round, built on
-        first use."""
+    def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Compiled]:
+        """Proposer `name` (PROPOSERS) and its round function (ROUNDS) with the target and that
+        proposer bound, compiled; built on first use."""
         key = (name, self.suffix_index is not None)
         if key not in self.rounds:
             proposer = PROPOSERS[name].build(self.draft, self.suffix_index)
             in_round = None if isinstance(proposer, HostProposer) else proposer
             models = torch.nn.ModuleList(m for m in (self.target, self.draft) if m is not None)
-            announced = compile_round(
+            compiled = compile_round(
                 partial(ROUNDS.get(name, speculative_round), self.target, in_round),
                 f"round[{name}]",
                 self.compile,
                 self.device,
                 models,
                 str(key),  # what the round bakes in besides the models
-                dynamic_arg=KEY_POSITIONS_ARG,
+                dynamic="key_positions",
             )
-            self.rounds[key] = (proposer, announced)
+            self.rounds[key] = (proposer, compiled)
         return self.rounds[key]
 
     @torch.no_grad()
@@ -239,8 +275,8 @@ class SpeculativeDecoder:
         on_tokens: OnTokens | None,
         warm_up: bool,
     ) -> DecodeRun:
-        """Everything the rounds of one call share: the policy, the compiled round with its
-        static arguments bound, and the prefilled state."""
+        """Everything the rounds of one call share: the policy, the round with what it bakes in
+        bound, and the prefilled state."""
         if spec.num_speculative_tokens == "auto":
             policy = AdaptivePolicy.for_call(
                 self.families,
@@ -255,25 +291,23 @@ class SpeculativeDecoder:
             policy = FixedK(spec.num_speculative_tokens, warm_up)
         widest = max(spec.widths)
         # K = 0 only: no proposer runs, and any proposer's round is the baseline.
-        proposer, announced = self.compiled_round(spec.proposer if widest else "draft_model")
+        proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
         uses_draft = PROPOSERS[spec.proposer].needs == "draft"
         tree = spec.proposer == "tree" and widest
-        run_round = partial(
-            announced,
-            draft_sample_method=spec.draft_method,
-            rejection_sample_method=spec.rejection_sample_method,
-            eos_token_id=self.eos_token_id,
-            adaptive=policy.adaptive,
-            **({"tree_branching": spec.tree.branching} if tree else {}),
-        )
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
         loop = self.prefill(prompts, params, widest, uses_draft)
         state = RoundState(loop, policy.prepare(loop))
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(
-            run_round=run_round,
-            announced=announced,
+            round=Round(
+                compiled,
+                draft_sample_method=spec.draft_method,
+                rejection_sample_method=spec.rejection_sample_method,
+                eos_token_id=self.eos_token_id,
+                adaptive=policy.adaptive,
+                tree_branching=spec.tree.branching if tree else None,
+            ),
             host_proposer=proposer if isinstance(proposer, HostProposer) else None,
             uses_draft=uses_draft,
             policy=policy,
@@ -303,18 +337,18 @@ class SpeculativeDecoder:
             catch_up = time.perf_counter()
             self.catch_up_draft(run.state.loop, run.draft_behind, longest)
             catch_up, run.draft_behind = time.perf_counter() - catch_up, 0
-        run.state, snapshot = run.run_round(
-            run.state,
-            run.constraints,
-            host_proposal,
-            plan.relative_times,
-            self.key_positions(longest, max(k, run.tree_nodes) if k else 0),
+        run.state, snapshot = run.round(
+            carried=run.state,
+            constraints=run.constraints,
+            host_proposal=host_proposal,
+            relative_times=plan.relative_times,
+            key_positions=self.key_positions(longest, max(k, run.tree_nodes) if k else 0),
             num_speculative_tokens=k,
         )
         result = Snapshot.read(snapshot, k)  # the round's one host read
         elapsed = time.perf_counter() - start
         # A compiled round is one guard check; an eager one (the eager tier's too), none.
-        guard_checks = int(run.announced.ran_compiled)
+        guard_checks = int(run.round.compiled.ran_compiled)
         run.stats.count_round(elapsed, host_reads=1, compiled_calls=guard_checks, k=k)
         if not k:
             run.draft_behind += max(len(row.token_ids) for row in result.rows)
@@ -324,7 +358,7 @@ class SpeculativeDecoder:
         # The policy's time leaves out a round that compiled, which is not a round's time, and
         # the catch-up: paid once per return from K = 0, charged to one round it would price
         # K > 0 out, which would keep the batch at K = 0.
-        seconds = None if run.announced.compiled_last else elapsed - catch_up
+        seconds = None if run.round.compiled.compiled_last else elapsed - catch_up
         run.done = run.policy.observe(result, seconds)
 
     @staticmethod

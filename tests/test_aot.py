@@ -29,7 +29,6 @@ from torch.utils._pytree import tree_flatten
 import minispec.compilation.aot
 import minispec.compilation.builder
 import minispec.compilation.packages
-from minispec.compilation.announce import Announced
 from minispec.compilation.aot import AheadOfTime
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -70,7 +69,7 @@ def decode_all(decoder: SpeculativeDecoder) -> tuple[list, list[torch.Tensor], l
 
 
 def exports(decoder: SpeculativeDecoder) -> int:
-    return sum(announced.fn.exports for _, announced in decoder.rounds.values())
+    return sum(compiled.exports for _, compiled in decoder.rounds.values())
 
 
 def wait_for_packages(folder: Path, count: int, timeout: float = 1200) -> None:
@@ -184,11 +183,10 @@ def test_only_a_call_that_ran_the_package_counts_as_compiled(
     monkeypatch.setattr(AheadOfTime, "background_package", lambda self, *_: on_disk.pop(0))
     models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
     aot = AheadOfTime(lambda x: x * 2, models, "test", tmp_path, background=True)
-    announced = Announced(aot, "test", announce=True)
     x = torch.ones(2)
-    assert torch.equal(announced(x), 2 * x) and not announced.ran_compiled  # the eager tier
-    assert torch.equal(announced(x), 3 * x) and announced.ran_compiled  # the package
-    assert torch.equal(announced(x), 3 * x) and announced.ran_compiled
+    assert torch.equal(aot(x), 2 * x) and not aot.ran_compiled  # the eager tier
+    assert torch.equal(aot(x), 3 * x) and aot.ran_compiled  # the package
+    assert torch.equal(aot(x), 3 * x) and aot.ran_compiled
 
 
 def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
@@ -214,10 +212,10 @@ def test_prune_keeps_the_packages_used_last(tmp_path: Path) -> None:
 def test_one_package_serves_every_length_of_the_dynamic_argument(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The positional argument `dynamic_arg` (the round's key_positions, exported with a
-    dynamic length) is keyed and named by its dtype alone: calls with other lengths reuse its
-    one package, while another size of any other argument is another package. Without
-    dynamic_arg every length is a package of its own. (A stand-in builds nothing.)"""
+    """The argument named `dynamic` (the round's key_positions, exported with a dynamic
+    length) is keyed and named by its dtype alone: calls with other lengths reuse its one
+    package, while another size of any other argument is another package. Without `dynamic`
+    every length is a package of its own. (A stand-in builds nothing.)"""
     built: list[Path] = []
     stand_in = naming_stand_in(built, lambda flat: [flat[-2] + flat[-1].sum()])
     monkeypatch.setattr(AheadOfTime, "foreground_package", stand_in)
@@ -226,7 +224,7 @@ def test_one_package_serves_every_length_of_the_dynamic_argument(
     def fn(x: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         return x + slots.sum()
 
-    aot = AheadOfTime(fn, models, "test", tmp_path, dynamic_arg=1)
+    aot = AheadOfTime(fn, models, "test", tmp_path, dynamic="slots")
     for length in (64, 128, 192):
         assert torch.equal(
             aot(torch.ones(2), torch.arange(length)), fn(torch.ones(2), torch.arange(length))

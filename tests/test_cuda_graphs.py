@@ -83,10 +83,11 @@ def captured_decoder(target, draft, capture) -> SpeculativeDecoder:
     cache, masked) and CudaGraphs with the stand-in capture."""
     decoder = SpeculativeDecoder(target, draft, compile=False)
     decoder.static_shapes = True
-    proposer, announced = decoder.compiled_round("draft_model")
+    proposer, eager = decoder.compiled_round("draft_model")
+    (key,) = decoder.rounds
     version = lambda: (target.cache_version, draft.cache_version)  # noqa: E731
-    graphs = CudaGraphs(announced.fn, lambda f: f, capture, version)
-    decoder.rounds[("draft_model", False)] = (proposer, Announced(graphs, "round", announce=False))
+    graphs = CudaGraphs(eager, lambda f: f, capture, version)  # the round, models bound
+    decoder.rounds[key] = (proposer, Announced(graphs, "round", announce=False))
     return decoder
 
 

@@ -2,15 +2,17 @@
 
 Every distinct input shape (and static argument: K, the methods) of a compiled callable is its
 own graph: we compile with dynamic=False so that each shape gets a static, fully specialised
-kernel. The one exception is a callable's `dynamic_arg`, a 1-D tensor whose length changes from
-call to call (the round's key_positions, the KV cache slots attention reads): its length is a
-dynamic size, so one graph serves every length. The first call with a new shape is where
-Inductor spends seconds to a minute generating and building C++ (or Triton); Announced prints a
-line before it and the time after it, and each call of a compiled function is one guard check.
+kernel. The one exception is the argument a callable names `dynamic`, a 1-D tensor whose
+length changes from call to call (the round's key_positions, the KV cache slots attention
+reads): its length is a dynamic size, so one graph serves every length. The first call with a
+new shape is where Inductor spends seconds to a minute generating and building C++ (or
+Triton); Announced prints a line before it and the time after it, and each call of a compiled
+function is one guard check.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from contextlib import contextmanager
@@ -35,60 +37,51 @@ def describe(args: tuple, kwargs: dict) -> tuple:
     return shapes + statics
 
 
-def without_dynamic(args: tuple, dynamic_arg: int | None) -> tuple:
+def position_of(fn: Callable, name: str | None) -> int | None:
+    """Where a call passes fn's argument `name` by position (inspect.signature's order, which
+    leaves out what a partial binds), None for no name: how each back end finds the dynamic
+    argument by its name, once."""
+    if name is None:
+        return None
+    names = list(inspect.signature(fn).parameters)
+    if name not in names:
+        raise ValueError(f"{fn!r} takes no argument {name!r}")
+    return names.index(name)
+
+
+def without_dynamic(args: tuple, position: int | None) -> tuple:
     """args with the dynamic one (if any) left out: what tells one graph from another."""
-    if dynamic_arg is None or dynamic_arg >= len(args):
+    if position is None or position >= len(args):
         return args
-    return args[:dynamic_arg] + (None,) + args[dynamic_arg + 1 :]
+    return args[:position] + (None,) + args[position + 1 :]
 
 
-def the_dynamic(args: tuple, dynamic_arg: int | None) -> torch.Tensor | None:
-    """The dynamic argument, a 1-D tensor, or None (no dynamic_arg, or not passed)."""
-    return args[dynamic_arg] if dynamic_arg is not None and dynamic_arg < len(args) else None
+def the_dynamic(args: tuple, position: int | None) -> torch.Tensor | None:
+    """The dynamic argument, a 1-D tensor, or None (no dynamic argument, or not passed)."""
+    return args[position] if position is not None and position < len(args) else None
 
 
 class Announced:
-    """Call `fn` (compiled or not); when `announce` is set, say in one line when a call compiles
-    a graph, and how long it took. A `fn` with `announces_itself` set (AheadOfTime: it knows
-    whether a call built, loaded or ran eagerly) speaks for itself and says whether its last
-    call compiled (compiled_last) and ran compiled code (ran_package). A compiled `fn` takes its
-    positional argument `dynamic_arg` (if any) with a dynamic length (mark_dynamic): one graph,
-    and one announcement, for every length."""
+    """Call `fn` (compiled); when `announce` is set, say in one line when a call compiles a
+    graph, and how long it took. fn's argument `dynamic` (if any) is marked with a dynamic
+    length (mark_dynamic): one graph, and one announcement, for every length."""
 
     seen: set[tuple] = set()  # shared: a graph compiled for one decoder serves the next
 
     def __init__(
-        self,
-        fn: Callable,
-        name: str,
-        announce: bool,
-        dynamic_arg: int | None = None,
+        self, fn: Callable, name: str, announce: bool = True, dynamic: str | None = None
     ) -> None:
         self.fn, self.name, self.announce = fn, name, announce
-        self.dynamic_arg = dynamic_arg if announce else None  # eager code has no graph
-        # Asked of the object rather than of its class, so that this module need not import
-        # the ahead-of-time back end (which announces with this module's helpers).
-        self.speaks_for_itself = getattr(fn, "announces_itself", False)
-        # Whether the last call compiled or loaded a graph: its time is not a round's.
+        self.dynamic_at = position_of(fn, dynamic)
+        # Whether the last call compiled a graph: its time is not a round's.
         self.compiled_last = False
-
-    @property
-    def ran_compiled(self) -> bool:
-        """Whether the last call ran compiled code: an announced graph does (eager code is not
-        announced); a `fn` that speaks for itself, when the call ran its package, not its eager
-        tier."""
-        if self.speaks_for_itself:
-            return self.fn.ran_package
-        return self.announce
+        # Whether a call runs compiled code, one guard check: announced code does.
+        self.ran_compiled = announce
 
     def __call__(self, *args, **kwargs):
-        if self.speaks_for_itself:
-            out = self.fn(*args, **kwargs)
-            self.compiled_last = self.fn.compiled_last
-            return out
-        key = (self.name, *describe(without_dynamic(args, self.dynamic_arg), kwargs))
+        key = (self.name, *describe(without_dynamic(args, self.dynamic_at), kwargs))
         self.compiled_last = self.announce and key not in Announced.seen
-        if (dynamic := the_dynamic(args, self.dynamic_arg)) is not None:
+        if (dynamic := the_dynamic(args, self.dynamic_at)) is not None:
             # Marked on every call: a call that compiles (a new K) must see the mark too.
             torch._dynamo.mark_dynamic(dynamic, 0)
         if not self.compiled_last:

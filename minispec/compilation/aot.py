@@ -23,8 +23,7 @@ from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from minispec.compilation import announce, export, packages
 from sampling.constraints import COMPILE_OPTIONS
 
-# Freezing prepacks the weights for the CPU's GEMM: a round of K = 4 on the shipped pair took
-# 10.2 ms against 13.3 ms with the weights as inputs.
+# Freezing prepacks the weights for the CPU's GEMM (docs/benchmarks.md: what that saves a round).
 PACKAGE_OPTIONS = {**COMPILE_OPTIONS["options"], "freezing": True}
 
 
@@ -33,19 +32,16 @@ class AheadOfTime:
     A package's file name hashes everything its code depends on (see package_name), so a
     changed model, option or source file makes a new package rather than loading a stale one.
     Positional arguments are pytrees of tensors (and Nones); keyword arguments are static,
-    baked into the graph. The positional argument `dynamic_arg` (if any), a 1-D tensor, is
-    exported with a dynamic length (a torch.export Dim): one package serves every length.
+    baked into the graph. fn's argument `dynamic` (if any), a 1-D tensor, is exported with a
+    dynamic length (a torch.export Dim): one package serves every length.
 
     In the foreground (background=False) a graph's first call exports and compiles its package
     and then runs it. In the background, a graph whose package is not on disk runs eagerly
     while a separate process builds the package (builder.py); each later call checks for it
     (one stat) and the package takes over once it is there. A package that fails its check
     (check_package) is removed, rebuilt, and said so in one line; an unwritable folder is said
-    in one line too, and the calls then run eagerly."""
-
-    # Announced lets this object speak for itself: it knows whether a call built, loaded or
-    # ran eagerly.
-    announces_itself = True
+    in one line too, and the calls then run eagerly. It announces its own compiles: it knows
+    whether a call built, loaded or ran eagerly."""
 
     def __init__(
         self,
@@ -55,17 +51,17 @@ class AheadOfTime:
         folder: Path,
         name: str = "",
         background: bool = False,
-        dynamic_arg: int | None = None,
+        dynamic: str | None = None,
     ) -> None:
         self.fn, self.models, self.identity, self.folder = fn, models, identity, folder
         self.name, self.background, self.options = name, background, dict(PACKAGE_OPTIONS)
-        self.dynamic_arg = dynamic_arg
+        self.dynamic, self.dynamic_at = dynamic, announce.position_of(fn, dynamic)
         self.packages: dict[tuple, tuple[Callable, TreeSpec]] = {}  # per graph key
         self.exports = 0  # packages this object exported and compiled (loaded ones not counted)
         self.waiting: dict[tuple, Path] = {}  # background: each graph's package, once asked
         self.requested: set[Path] = set()  # background: the packages asked of a builder
         self.compiled_last = False  # whether the last call compiled or loaded its package
-        self.ran_package = False  # whether the last call ran a package (else, eagerly)
+        self.ran_compiled = False  # whether the last call ran a package (else, eagerly)
         self.unwritable: str | None = None  # why the folder cannot be written; then eager
         self.digest: str | None = None  # weights_digest, once taken
         self.current_buffers: dict[str, torch.Tensor] = {}
@@ -75,8 +71,8 @@ class AheadOfTime:
     def __call__(self, *args, **kwargs):
         buffers = self.buffers()
         leaves, spec = tree_flatten(args)
-        key = self.key_of(leaves, kwargs, announce.the_dynamic(args, self.dynamic_arg))
-        self.compiled_last = self.ran_package = False
+        key = self.key_of(leaves, kwargs, announce.the_dynamic(args, self.dynamic_at))
+        self.compiled_last = self.ran_compiled = False
         if key not in self.packages and self.unwritable is None:
             find = self.background_package if self.background else self.foreground_package
             with packages.quiet_treespecs():
@@ -89,7 +85,7 @@ class AheadOfTime:
             return self.fn(*args, **kwargs)
         run, out_spec = self.packages[key]
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-        self.ran_package = True
+        self.ran_compiled = True
         return tree_unflatten(run([*buffers.values(), *tensors]), out_spec)
 
     def foreground_package(
@@ -164,7 +160,7 @@ class AheadOfTime:
         args = tree_unflatten(leaves, spec)
         try:
             builder.request_build(
-                self.folder, self.fn, self.models, self.options, self.dynamic_arg, args, todo
+                self.folder, self.fn, self.models, self.options, self.dynamic, args, todo
             )
         except OSError as error:
             self.unwritable = error.strerror or str(error)
@@ -238,7 +234,7 @@ class AheadOfTime:
         it carries. `flat`: the buffers, then the arguments' leaves (`spec`)."""
         configs = [repr(getattr(m, "config", None)) for m in self.models.children()]
         args = tree_unflatten(flat[len(flat) - spec.num_leaves :], spec)
-        dynamic = announce.the_dynamic(args, self.dynamic_arg)
+        dynamic = announce.the_dynamic(args, self.dynamic_at)
         inputs = [
             (tuple(x.shape) if x is not dynamic else "dynamic", str(x.dtype), str(x.device))
             if isinstance(x, torch.Tensor)
@@ -254,8 +250,8 @@ class AheadOfTime:
 
     def weights_digest(self) -> str:
         """A hash of the models' parameters, which every package carries: another checkpoint
-        of the same shapes gets packages of its own. Taken once (47 MB of float32 hash in about
-        0.1 s): weights changed in place later are not seen."""
+        of the same shapes gets packages of its own. Taken once: weights changed in place later
+        are not seen."""
         if self.digest is None:
             digest = hashlib.sha256()
             for name, p in self.models.named_parameters():
@@ -266,8 +262,8 @@ class AheadOfTime:
 
     def build(self, path: Path, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
         """Export and compile this graph's package at `path` (export.build_package), counted."""
-        fn, models, options, dynamic_arg = self.fn, self.models, self.options, self.dynamic_arg
-        export.build_package(fn, models, options, dynamic_arg, path, buffers, leaves, spec, kwargs)
+        fn, models, options, dynamic = self.fn, self.models, self.options, self.dynamic
+        export.build_package(fn, models, options, dynamic, path, buffers, leaves, spec, kwargs)
         self.exports += 1
 
     def load(self, path: Path) -> tuple[Callable, TreeSpec] | None:

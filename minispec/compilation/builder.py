@@ -46,16 +46,16 @@ def request_build(
     fn: Callable,
     models: torch.nn.Module,
     options: dict,
-    dynamic_arg: int | None,
+    dynamic: str | None,
     args: tuple,
     todo: list[tuple],
 ) -> None:
     """Queue `todo` ((package path, static arguments) pairs, in the order wanted) for a builder,
-    with what rebuilds the calls: the function, its models, Inductor's options, the argument
-    whose length the package leaves dynamic, and `args`, the example inputs (a copy of them as
-    they are now, the models' buffers included). Then start a builder unless one runs. Raises
-    OSError if the folder cannot be written, ValueError if the builder's niceness setting is
-    not one it can use (nothing is written then)."""
+    with what rebuilds the calls: the function, its models, Inductor's options, the name of the
+    argument whose length the package leaves dynamic, and `args`, the example inputs (a copy of
+    them as they are now, the models' buffers included). Then start a builder unless one runs.
+    Raises OSError if the folder cannot be written, ValueError if the builder's niceness setting
+    is not one it can use (nothing is written then)."""
     builder_niceness()  # checked here, where the run can say so, not in the builder's log
     requests = folder / "requests"
     requests.mkdir(parents=True, exist_ok=True)
@@ -63,7 +63,7 @@ def request_build(
         "fn": fn,
         "models": models,
         "options": options,
-        "dynamic_arg": dynamic_arg,
+        "dynamic": dynamic,
         "args": args,
         "todo": [(str(path), kwargs) for path, kwargs in todo],
         "threads": torch.get_num_threads(),  # Inductor bakes it into the parallel loops
@@ -130,7 +130,7 @@ def build_request(request_path: Path) -> None:
         return
     torch.set_num_threads(request["threads"])
     fn, models = request["fn"], request["models"]
-    options, dynamic_arg = request["options"], request["dynamic_arg"]
+    options, dynamic = request["options"], request["dynamic"]
     buffers = dict(models.named_buffers())  # the packages' first inputs, as in the run
     leaves, spec = tree_flatten(request["args"])
     for path, kwargs in map(lambda item: (Path(item[0]), item[1]), request["todo"]):
@@ -139,9 +139,7 @@ def build_request(request_path: Path) -> None:
         packages.remove_package(path)
         start = time.perf_counter()
         try:
-            export.build_package(
-                fn, models, options, dynamic_arg, path, buffers, leaves, spec, kwargs
-            )
+            export.build_package(fn, models, options, dynamic, path, buffers, leaves, spec, kwargs)
         except Exception as error:  # a full disk, a compiler error: said once, not retried
             line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
             with suppress(OSError):  # on a full disk even this may not be written

@@ -51,7 +51,7 @@ def build_package(
     fn: Callable,
     models: torch.nn.Module,
     options: dict,
-    dynamic_arg: int | None,
+    dynamic: str | None,
     path: Path,
     buffers: dict[str, torch.Tensor],
     leaves: list,
@@ -61,8 +61,8 @@ def build_package(
     """Export fn(*args, **kwargs) (args: `leaves` unflattened by `spec`) with the models'
     `buffers` as its first inputs, compile it with Inductor's `options` into the package
     `path`, and write its .spec (the outputs' structure) and its manifest (checksum, build
-    time) beside it. The positional argument `dynamic_arg` (if any) is exported with a dynamic
-    length. Then prune the folder."""
+    time) beside it. fn's argument `dynamic` (if any) is exported with a dynamic length. Then
+    prune the folder."""
     start, cpu_start = time.perf_counter(), packages.cpu_seconds()
     out_specs = []  # the outputs' structure, known once traced
 
@@ -74,9 +74,10 @@ def build_package(
 
     flattened = Flattened(flat_fn, models, list(buffers), leaves, spec)
     tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-    dynamic = announce.the_dynamic(tree_unflatten(leaves, spec), dynamic_arg)
+    position = announce.position_of(fn, dynamic)
+    varying = announce.the_dynamic(tree_unflatten(leaves, spec), position)
     sizes = (None,) * len(buffers) + tuple(
-        {0: torch.export.Dim.DYNAMIC} if x is dynamic else None for x in tensors
+        {0: torch.export.Dim.DYNAMIC} if x is varying else None for x in tensors
     )
     with packages.quiet_treespecs():
         program = torch.export.export(
