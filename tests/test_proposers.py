@@ -19,6 +19,7 @@ from minispec.proposers import (
     NgramProposer,
     ngram_propose,
 )
+from minispec.proposers.ngram import ngram_match
 from minispec.proposers.suffix import DEPTH, SAMPLE, SuffixIndex, SuffixProposer
 from minispec.state import LoopState
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, encode
@@ -57,19 +58,22 @@ def test_a_prompt_that_repeats_itself_proposes_the_repeat() -> None:
     p = NgramProposer().propose(state, 8, None)
     assert bytes(p.draft_token_ids[0].tolist()) == b"Equal(y,"  # the most recent occurrence
     assert p.num_draft_tokens.tolist() == [8] and p.draft_probs is None
-    assert p.match_length.tolist() == [16]  # "\n    self.assert" is 16 bytes: capped at n_max
+    _, length = ngram_match(tokens, seq_len, 3, 16)
+    assert length.tolist() == [16]  # "\n    self.assert" is 16 bytes: capped at n_max
 
 
 def test_a_short_period_continues_past_the_known_tokens() -> None:
     tokens, seq_len = batch([encode("xyzabcab")])  # "ab" matched 3 back: period 3
     p = ngram_propose(tokens, seq_len, 7, n_min=2, n_max=4)
-    assert bytes(p.draft_token_ids[0].tolist()) == b"cabcabc" and p.match_length.tolist() == [2]
+    assert bytes(p.draft_token_ids[0].tolist()) == b"cabcabc"
+    assert ngram_match(tokens, seq_len, n_min=2, n_max=4)[1].tolist() == [2]
 
 
 def test_no_match_proposes_nothing() -> None:
     tokens, seq_len = batch([encode("abcdefgh"), encode("abcab")])
     p = ngram_propose(tokens, seq_len, 4, n_min=3, n_max=8)  # row 1's "ab" is too short a match
-    assert p.num_draft_tokens.tolist() == [0, 0] and p.match_length.tolist() == [0, 0]
+    assert p.num_draft_tokens.tolist() == [0, 0]
+    assert ngram_match(tokens, seq_len, n_min=3, n_max=8)[1].tolist() == [0, 0]
     assert (p.draft_token_ids == PLACEHOLDER_TOKEN_ID).all()
 
 
@@ -101,9 +105,10 @@ def test_matches_the_plain_loop_on_random_rows(n_min: int, n_max: int) -> None:
     rows = random_rows(n_max)
     tokens, seq_len = batch(rows, width=48, fill=1)
     p = ngram_propose(tokens, seq_len, 6, n_min, n_max)
+    _, length = ngram_match(tokens, seq_len, n_min, n_max)
     for i, row in enumerate(rows):
         drafts, n = reference(row, 6, n_min, n_max)
-        assert (p.draft_token_ids[i].tolist(), p.match_length[i].item()) == (drafts, n), row
+        assert (p.draft_token_ids[i].tolist(), length[i].item()) == (drafts, n), row
         assert p.num_draft_tokens[i].item() == (6 if n else 0)
 
 
@@ -191,7 +196,8 @@ def test_suffix_index_proposes_per_row_with_document_boundaries() -> None:
     assert p.draft_token_ids[2].tolist() == [EOS_TOKEN_ID, BOS_TOKEN_ID, *encode("impo", bos=False)]
     # Row 0 matched from its BOS on (14 tokens); row 2 "\nimport sys\n" (12), followed by
     # EOS BOS and then "import" and "pass" once each: the tie goes to the smaller byte.
-    assert p.num_draft_tokens.tolist() == [6, 0, 6] and p.match_length.tolist() == [14, 0, 12]
+    assert p.num_draft_tokens.tolist() == [6, 0, 6]
+    assert [index.longest_match(np.asarray(row[-DEPTH:]))[0] for row in rows] == [14, 0, 12]
     assert p.draft_probs is None
 
 
@@ -227,4 +233,5 @@ def test_the_registry_builds_each_proposer_from_what_the_decoder_holds() -> None
         "draft_model": "draft",
         "ngram": None,
         "suffix": "suffix_index",
+        "tree": "draft",
     }

@@ -20,18 +20,15 @@ from sampling import PLACEHOLDER_TOKEN_ID
 NOT_A_TOKEN = -2  # left padding for the windows: equal to no token id and no placeholder
 
 
-def ngram_propose(
-    tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: int, n_max: int
-) -> Proposal:
-    """tokens [B, S] long (row b holds seq_len[b] tokens), k drafts per matching row.
+def ngram_match(
+    tokens: torch.Tensor, seq_len: torch.Tensor, n_min: int, n_max: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """tokens [B, S] long (row b holds seq_len[b] tokens): each row's match, where it ends [B]
+    and its length [B], 0 for a row without one.
 
     The match ending at position e (e < seq_len - 1, so at least one token follows it) has
     length l(e) = how many tokens before and at e equal the row's last tokens, capped at n_max.
     The row takes the longest match, the most recent among equals, if it is at least n_min.
-    The copy may overlap its own output, as in LZ77: a match p tokens back proposes
-    tokens[e+1:] repeated with period p. The verify step is K + 1 wide whatever a row
-    proposes, so a proposal running past the known tokens costs nothing, and it is what the
-    text becomes if the repetition goes on.
     """
     b, s = tokens.shape
     last = seq_len - 1
@@ -46,14 +43,27 @@ def ngram_propose(
     length = torch.where(position < last[:, None], length, 0)
     end = (length * s + position).argmax(1)  # longest first, then most recent
     match_length = length.gather(1, end[:, None]).squeeze(1)
-    matched = match_length >= n_min
-    period = (last - end).clamp(min=1)
+    return end, torch.where(match_length >= n_min, match_length, 0)
+
+
+def ngram_propose(
+    tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: int, n_max: int
+) -> Proposal:
+    """tokens [B, S] long (row b holds seq_len[b] tokens), k drafts per matching row: what
+    followed the row's match (ngram_match).
+
+    The copy may overlap its own output, as in LZ77: a match p tokens back proposes
+    tokens[e+1:] repeated with period p. The verify step is K + 1 wide whatever a row
+    proposes, so a proposal running past the known tokens costs nothing, and it is what the
+    text becomes if the repetition goes on.
+    """
+    end, match_length = ngram_match(tokens, seq_len, n_min, n_max)
+    matched = match_length > 0
+    period = (seq_len - 1 - end).clamp(min=1)
     j = torch.arange(k, device=tokens.device)
-    source = (end[:, None] + 1 + j % period[:, None]).clamp(max=s - 1)
+    source = (end[:, None] + 1 + j % period[:, None]).clamp(max=tokens.shape[1] - 1)
     draft_token_ids = torch.where(matched[:, None], tokens.gather(1, source), PLACEHOLDER_TOKEN_ID)
-    return Proposal(
-        draft_token_ids, torch.where(matched, k, 0), None, torch.where(matched, match_length, 0)
-    )
+    return Proposal(draft_token_ids, torch.where(matched, k, 0))
 
 
 @dataclass(frozen=True, slots=True)

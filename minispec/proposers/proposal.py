@@ -24,8 +24,6 @@ class Proposal(NamedTuple):
     draft_token_ids: torch.Tensor  # [B, K] long; PLACEHOLDER_TOKEN_ID past num_draft_tokens
     num_draft_tokens: torch.Tensor  # [B] long, in [0, K]
     draft_probs: torch.Tensor | None = None  # [B, K, V] q of each draft; None: deterministic
-    # [B] long: how many context tokens a lookup matched (0: no match); None for a model
-    match_length: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Proposal:
         """On `device`: a host lookup's proposal goes to the round as an input."""

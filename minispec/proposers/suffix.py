@@ -172,14 +172,12 @@ class SuffixIndex:
     def propose_rows(self, contexts: list[np.ndarray], k: int) -> Proposal:
         """contexts: each row's recent tokens (DEPTH are enough), oldest first."""
         ids = np.full((len(contexts), k), PLACEHOLDER_TOKEN_ID, np.int64)
-        matched = np.zeros(len(contexts), np.int64)
+        num = np.zeros(len(contexts), np.int64)
         for b, context in enumerate(contexts):
             length, lo, hi = self.longest_match(np.asarray(context))
             if length >= self.min_match:
-                ids[b], matched[b] = self.continuation(lo, hi, k), length
-        as_tensor = torch.from_numpy
-        num = as_tensor(np.where(matched > 0, k, 0))
-        return Proposal(as_tensor(ids), num, None, as_tensor(matched))
+                ids[b], num[b] = self.continuation(lo, hi, k), k
+        return Proposal(torch.from_numpy(ids), torch.from_numpy(num))
 
 
 class SuffixProposer:
