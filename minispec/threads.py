@@ -10,9 +10,8 @@ call. So the prefill takes every core this process may use, and gives the count 
 
 Every core is the right default on a machine of one's own and the wrong one on a shared one: an
 OpenMP step waits for its slowest thread, and a core that another process holds makes that
-thread late at every step (a B = 1 prefill here: 43 ms on two free cores, 2.1 s with the second
-one busy, against 87 ms on one). So the count is a setting (`prefill_threads`, CLI
-`--prefill-threads`).
+thread late at every step (docs/benchmarks.md measures both cases). So the count is a setting
+(`prefill_threads`, CLI `--prefill-threads`).
 """
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ from typing import Callable
 
 INT64_MAX = 2**63 - 1  # torch's widest integer: larger Python ints overflow when they reach it
 
-# Decode steps at B = 1 are latency-bound: each of a forward's ~50 kernels is microseconds of
-# work, and an OpenMP team's barrier per kernel costs more than a second core saves. When another
-# process holds that core the barrier waits for it to be scheduled: measured on the 2-core dev
-# machine, the target's step went from 6.8 ms (1 thread) to 35-300 ms (2 threads).
+# Decode steps at B = 1 are latency-bound: each of a forward's kernels is microseconds of work,
+# and an OpenMP team's barrier per kernel costs more than a second core saves. When another
+# process holds that core the barrier waits for it to be scheduled (docs/benchmarks.md).
 THREADS_HELP = (
     "CPU threads for the decode rounds (default 1: faster for B = 1 decoding); the prefill "
     "runs on every core"

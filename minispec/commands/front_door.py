@@ -39,9 +39,8 @@ class CtrlC:
 
     While torch itself is being imported, an exception cannot be raised safely: its C++ start-up
     may abort the process with a C++ stack trace, or CPython records the interrupt as unhandled
-    and kills the process with SIGINT at exit. Measured here with Ctrl-C at random moments of
-    the first 3 s: 3 of 16 and 2 of 16 runs ended that way (and one abort), 0 of 20 once the
-    process ends on the spot instead, which is safe: nothing has been written yet.
+    and kills the process with SIGINT at exit. So the process ends on the spot then, which is
+    safe: nothing has been written yet (docs/reliability.md).
     """
 
     pressed = False

@@ -58,14 +58,15 @@ def compile_package(program, package_path: Path, options: dict) -> None:
 def load_runner(path: Path) -> Callable:
     """The package's model, run by AOTInductor's C++ loader, called directly:
     torch._inductor.aoti_load_package wraps the same object but imports Inductor and Dynamo
-    first (about 1.5 s of a warm start), and its call adds a pytree round trip per round.
+    first (docs/startup.md: what that costs a warm start), and its call adds a pytree round
+    trip per round.
     Arguments: the model's name inside the package, one runner, not single-threaded, the
     default device."""
     return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1).boxed_run
 
 
 def package_digest(package: Path, spec: Path) -> str:
-    """sha256 of a package and its .spec (about 0.06 s for 50 MB)."""
+    """sha256 of a package and its .spec."""
     digest = hashlib.sha256()
     for part in (package, spec):
         with open(part, "rb") as f:
@@ -142,8 +143,8 @@ def cache_off_line(folder: Path, reason: str) -> str:
     return f"  cannot write the package cache {folder} ({reason}): running eagerly, uncached"
 
 
-# Every code change or other checkpoint makes new packages (about 50 MB each for the shipped
-# pair) and leaves the old ones unused: the folder keeps the ones used last.
+# Every code change or other checkpoint makes new packages (each with its own copy of the
+# weights) and leaves the old ones unused: the folder keeps the ones used last.
 KEEP_PACKAGES = 64
 # A temporary file this old belongs to a build that died: a build takes minutes, not an hour.
 STALE_SECONDS = 3600
