@@ -9,13 +9,14 @@ some of them on second candidates, the chain on deeper positions. Each setting r
 - tok/s and the speedup over the K = 0 run of its rotation;
 - the tree over the chain with the same N, paired by rotation.
 Ratios are the median and (min-max) of the rotations' (benchmarks.spread). Writes
-results/tree.md and results/tree.json (--out elsewhere).
+results/tree.md and results/tree.json (--out PATH: PATH.md and PATH.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -45,12 +46,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=4, help="held-out prompts per B = 1 point")
     p.add_argument("--compile-mode", choices=("jit", "eager"), default="jit")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (rounds under CUDA graphs)")
     p.add_argument(
         "--settings",
         default=",".join(name for name, _, _ in SETTINGS),
         help="comma-separated names from SETTINGS (default: all)",
     )
-    p.add_argument("--out", default="results", help="folder for tree.md and tree.json")
+    p.add_argument("--out", default="results/tree", help="writes OUT.md and OUT.json")
     return p
 
 
@@ -164,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         flags.error(f"--settings: choose from {', '.join(n for n, _, _ in SETTINGS)}")
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    decoder = load_decoder(device="cpu", compile=args.compile_mode == "jit")
+    decoder = load_decoder(device=args.device, compile=args.compile_mode == "jit")
     texts = held_out_prompts(max(args.prompts, 16))
-    m = machine(torch.device("cpu"), args.threads)
+    m = machine(torch.device(args.device), args.threads)
     report = {
-        "command": "make bench-tree" + (f" ARGS='{' '.join(argv)}'" if argv else ""),
-        "machine": f"{m['cpu']}, {m['cores']} cores, torch {m['torch']}, load average "
-        f"{m.get('load_average_at_start', '-')} at the start",
+        "command": "make bench-tree" + (f' ARGS="{shlex.join(argv)}"' if argv else ""),
+        "machine": f"{m.get('gpu', m['cpu'])}, {m['cores']} cores, torch {m['torch']}, "
+        f"load average {m.get('load_average_at_start', '-')} at the start",
         "threads": args.threads,
         "compile_mode": args.compile_mode,
         "max_new_tokens": args.max_new_tokens,
@@ -187,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"B": b, "T": t, **p["settings"]}, default=str)[:2000], flush=True)
     report["wall_s"] = time.perf_counter() - start
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tree.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (out / "tree.md").write_text(render(report))
-    print(f"wrote {out / 'tree.md'} and {out / 'tree.json'}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    out.with_suffix(".md").write_text(render(report))
+    print(f"wrote {out}.md and {out}.json")
     return 0
 
 
