@@ -209,16 +209,15 @@ def _sample_core(
 # How sampling/ compiles: one graph per static shape (dynamic=False), no graph breaks, and on a
 # CPU no OpenMP team for a kernel with under 128k elements of work per thread. At decode sizes
 # (B = 1, V up to 32k) the work takes microseconds; a team of threads saves a little of that on
-# an idle machine but waits milliseconds whenever another process holds a core (measured at
-# B = 1, V = 256 on the shared 2-core machine: 40 ms per call instead of 0.1 ms).
+# an idle machine but waits milliseconds whenever another process holds a core.
 COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 131072})
 
 
 def jit(fn: Callable, **options) -> Callable:
     """torch.compile(fn) with COMPILE_OPTIONS (and `options` added to Inductor's). Called on first
-    use, never at import: importing torch.compile's machinery (Dynamo) takes about a second, which
-    a process that only loads ahead-of-time packages (minispec/compilation/aot.py) then never
-    pays."""
+    use, never at import: importing torch.compile's machinery (Dynamo) is a noticeable part of a
+    warm start (docs/startup.md), which a process that only loads ahead-of-time packages
+    (minispec/compilation/aot.py) then never pays."""
     # Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under
     # fullgraph, fails past it. Here every (shapes, one-hot or not, filters on, method, thread
     # count) is a graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.
