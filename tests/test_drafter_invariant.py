@@ -192,7 +192,8 @@ def generate(decoder: SpeculativeDecoder, rows: list, k, proposer: str = "draft_
     return decoder.generate([p for p, _ in rows], [s for _, s in rows], spec)
 
 
-@pytest.mark.parametrize("proposer", PROPOSERS)
+# The tree verifies with the token-wise rule only (SpeculativeConfig refuses drafter_invariant).
+@pytest.mark.parametrize("proposer", [name for name in PROPOSERS if name != "tree"])
 def test_same_tokens_as_k0(decoder: SpeculativeDecoder, proposer: str) -> None:
     batch = [*OTHERS[:2], OURS, OTHERS[2]]
     alone_k0 = generate(decoder, [OURS], 0, proposer).token_ids[0]
