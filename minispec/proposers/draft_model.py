@@ -35,11 +35,7 @@ class DraftModelProposer:
         """x_i ~ q_i for i = 1..K, every row K drafts; each step reads the draft's cache slots
         key_positions (all of them if None)."""
         seq_len = state.seq_len
-        back = torch.arange(1, -1, -1, device=seq_len.device)
-        # A position below 0 (a 1-token prompt) repeats position 0: the same token written
-        # twice to the same slot.
-        positions = (seq_len[:, None] - 1 - back).clamp(min=0)
-        logits = self.model(state.tokens.gather(1, positions), positions, key_positions)[:, -1]
+        logits = first_step(self.model, state, key_positions)
         ids, probs = [], []
         for j in range(num_speculative_tokens):
             if sampling.method == "greedy":
@@ -55,6 +51,16 @@ class DraftModelProposer:
             torch.full_like(seq_len, num_speculative_tokens),
             torch.stack(probs, 1) if probs else None,
         )
+
+
+def first_step(model: GPT, state: LoopState, key_positions: torch.Tensor | None) -> torch.Tensor:
+    """The draft's logits [B, V] after each row's last token, from one step over the row's last
+    2 tokens (the class docstring says why 2)."""
+    back = torch.arange(1, -1, -1, device=state.seq_len.device)
+    # A position below 0 (a 1-token prompt) repeats position 0: the same token written twice to
+    # the same slot.
+    positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+    return model(state.tokens.gather(1, positions), positions, key_positions)[:, -1]
 
 
 def draw(

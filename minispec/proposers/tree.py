@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from minispec.proposers.draft_model import first_step
 from minispec.proposers.proposal import DraftSampling, Proposal
 from minispec.state import LoopState
 from model.gpt import GPT
@@ -83,9 +84,7 @@ class TreeProposer:
         greedy drafts); sampling.noise [B, N, V] holds one Exp(1) row per node, of which a
         family reads its first child's."""
         seq_len = state.seq_len
-        back = torch.arange(1, -1, -1, device=seq_len.device)
-        positions = (seq_len[:, None] - 1 - back).clamp(min=0)
-        logits = self.model(state.tokens.gather(1, positions), positions, key_positions)[:, -1:]
+        logits = first_step(self.model, state, key_positions)[:, None]  # the root: [B, 1, V]
         ids, probs = [], []
         for depth, width in enumerate(tree.branching, start=1):
             first = 1 + sum(t.shape[1] for t in ids)  # the depth's first node id
