@@ -210,7 +210,15 @@ def _sample_core(
 # CPU no OpenMP team for a kernel with under 128k elements of work per thread. At decode sizes
 # (B = 1, V up to 32k) the work takes microseconds; a team of threads saves a little of that on
 # an idle machine but waits milliseconds whenever another process holds a core.
-COMPILE_OPTIONS = dict(fullgraph=True, dynamic=False, options={"cpp.min_chunk_size": 131072})
+# realize_opcount_threshold (Inductor's default is 30) stores a value in a buffer once it takes
+# more than 16 ops to compute. The counter-based noise (minispec/rng.py) reuses each value of its
+# hash chain; inlined, every reuse recomputes the chain, and lowering that expression tree took
+# Inductor minutes for the noise of one round (docs/startup.md).
+COMPILE_OPTIONS = dict(
+    fullgraph=True,
+    dynamic=False,
+    options={"cpp.min_chunk_size": 131072, "realize_opcount_threshold": 16},
+)
 
 
 def jit(fn: Callable, **options) -> Callable:

@@ -213,3 +213,23 @@ def test_the_target_row_of_a_round_is_the_position_row() -> None:
     assert torch.equal(
         rng.round_noise(seeds, start, 0, 16, "drafter_invariant").target, position[:, 0]
     )
+
+
+def test_the_hash_is_lowbias32_in_exact_integer_arithmetic() -> None:
+    """mix32 on int64 tensors equals lowbias32 computed with Python's unbounded integers, at the
+    edges of the 32-bit range and on random words: its one-multiply mul32 neither overflows nor
+    drops a bit (a multiplier of 2**31 or more is used as c - 2**32)."""
+
+    def reference(x: int) -> int:
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) % 2**32
+        x ^= x >> 15
+        x = (x * 0x846CA68B) % 2**32
+        return x ^ (x >> 16)
+
+    words = [0, 1, 2**16 - 1, 2**16, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1]
+    words += torch.randint(0, 2**32, (1000,), generator=torch.Generator().manual_seed(0)).tolist()
+    got = rng.mix32(torch.tensor(words, dtype=torch.int64)).tolist()
+    assert got == [reference(x) for x in words]
+    for c in (0x7FEB352D, 0x846CA68B, 0x9E3779B9, 2**31, 2**32 - 1):
+        assert rng.mul32(torch.tensor(words), c).tolist() == [x * c % 2**32 for x in words]
