@@ -189,9 +189,11 @@ def check_noise_and_logits(
 ) -> None:
     """ValueError for logits holding NaN or +inf (filtering turns them into NaN probabilities,
     and a race over NaN picks token 0) or exponentials below 0 or NaN. Reads every value."""
-    if bool((logits.isnan() | (logits == float("inf"))).any()):
+    # One reduction each, no temporaries: max and min propagate NaN, so the max is NaN or +inf
+    # exactly when some logit is, and the min is NaN or below 0 exactly when some noise is.
+    if logits.numel() and not bool(logits.max() < float("inf")):
         raise ValueError(f"{name} must not hold NaN or +inf (-inf masks a token)")
-    if exponentials is not None and not bool((exponentials >= 0).all()):
+    if exponentials is not None and exponentials.numel() and not bool(exponentials.min() >= 0):
         raise ValueError("exponentials must be >= 0 (Exp(1) noise; inf is allowed), not NaN")
 
 

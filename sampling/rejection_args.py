@@ -173,13 +173,16 @@ def _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_
     Reads every value: CPU tensors only, with check_values."""
     check_noise_and_logits(target_logits, exponentials, "target_logits")
     if draft_probs is not None:
-        rows = draft_probs
+        # Per-row reductions, then the rows that are read: no copy of [B, K, V]. amin propagates
+        # NaN, so a row's minimum is NaN or below 0 exactly when one of its values is.
+        lowest = draft_probs.amin(dim=-1)  # V >= 1: a draft id in [0, V) exists
+        sums = draft_probs.sum(dim=-1, dtype=torch.float64)
         if num_draft_tokens is not None:  # rows past a row's last draft are never read
-            position = torch.arange(draft_probs.shape[1])
-            rows = draft_probs[position < num_draft_tokens[:, None]]
-        if bool((rows.isnan() | (rows < 0)).any()):
+            read = torch.arange(draft_probs.shape[1]) < num_draft_tokens[:, None]
+            lowest, sums = lowest[read], sums[read]
+        if not bool((lowest >= 0).all()):
             raise ValueError("draft_probs must be probabilities: no NaN, none below 0")
-        sums = rows.double().sum(dim=-1).flatten()
+        sums = sums.flatten()
         if sums.numel():
             worst = float(sums[(sums - 1).abs().argmax()])
             if abs(worst - 1) > PROBABILITY_SUM_TOLERANCE:

@@ -278,7 +278,7 @@ def test_large_vocabulary():
     """V = 32000, K = 1: 200k emitted tokens, 100k with a probabilistic draft and 100k with a
     one-hot draft, follow p cell by cell (32000 cells at each of the 2 positions); false-alarm
     rate <= 1e-6 over all cells. Each draw at this size costs three passes over 32000 logits,
-    so the 200k are split between the kinds to keep the test near 10 s on two cores.
+    so the 200k are split between the kinds to keep the test under a minute on two cores.
 
     p puts 0.85 on one token and spreads the rest Zipf-like over 999 tokens scattered across the
     vocabulary (the first and last ids included); q mixes p with noise on 1000 other tokens.
