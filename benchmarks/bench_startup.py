@@ -8,7 +8,8 @@ TORCHINDUCTOR_CACHE_DIR a new temporary folder. In order, in that one folder:
   default, --no-compile  the eager tier alone: what the load on the machine allows
   default, fresh cache   rounds run eagerly while the builder compiles in the background
   default, warm          after the builder has finished: the packages load
-  T = 0, first time      a new graph family (greedy drafts): eager again, its own builds
+  T = 0, first time      the default's graphs (each row drafts by its own temperature in
+                         the round): they load, nothing is built
   T = 0, warm
 "first token" is time_to_first_token_s (from interpreter start-up); "done" is the whole
 process, and "cpu" its CPU seconds (on an idle core, about its wall time); "full speed" is
