@@ -178,10 +178,12 @@ def batch_table(
                         sorted(sum((r[i].k_histogram for r in runs), Counter()).items())
                     ),
                 }
-            best = max(ks, key=lambda k: row[f"K={k}"]["speedup"]["median"])
+            # K = 0 is a fixed K too: where no K > 0 pays, auto is held to not speculating.
+            widths = [0, *ks]
+            best = max(widths, key=lambda k: median_speedup(row, k))
             row["best_fixed_K"] = best
-            row["auto_over_best_fixed"] = (
-                row["K=auto"]["speedup"]["median"] / row[f"K={best}"]["speedup"]["median"]
+            row["auto_over_best_fixed"] = row["K=auto"]["speedup"]["median"] / median_speedup(
+                row, best
             )
             # The same, paired by rotation: a slow spell hits both sides of each ratio.
             auto, fixed = len(settings) - 1, settings.index(best)
@@ -189,11 +191,16 @@ def batch_table(
                 [rotation[auto].speedup_over(rotation[fixed]) for rotation in runs]
             )
             row["auto_over_best_fixed_held_out"] = spread(
-                auto_over_held_out_best(row["tokens_per_s_by_rotation"], ks)
+                auto_over_held_out_best(row["tokens_per_s_by_rotation"], widths)
             )
             print(format_batch_row(row, ks), flush=True)
             rows.append(row)
     return rows
+
+
+def median_speedup(row: dict, k: int) -> float:
+    """A batch row's median speedup of fixed K over K = 0 (1 for K = 0 itself)."""
+    return 1.0 if k == 0 else row[f"K={k}"]["speedup"]["median"]
 
 
 def auto_over_held_out_best(by_rotation: dict[str, list[float]], ks: list[int]) -> list[float]:

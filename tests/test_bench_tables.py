@@ -7,7 +7,12 @@ import pytest
 from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401 (one_thread: a fixture)
 
 from benchmarks import bench_proposers
-from benchmarks.bench_proposers import auto_over_held_out_best, batch_table, summed
+from benchmarks.bench_proposers import (
+    auto_over_held_out_best,
+    batch_table,
+    median_speedup,
+    summed,
+)
 from minispec.decode import SpeculativeDecoder
 from minispec.stats import DecodeStats
 from model.tokenizer import VOCAB_SIZE
@@ -22,8 +27,9 @@ def test_batch_table_pairs_each_setting_with_its_rotations_baseline() -> None:
     assert [(r["B"], r["temperature"]) for r in rows] == [(2, 0.0), (2, 1.0)]
     for row in rows:
         assert set(row) >= {"K=2", "K=4", "K=auto", "best_fixed_K", "auto_over_best_fixed"}
-        best = row[f"K={row['best_fixed_K']}"]["speedup"]["median"]
-        assert best == max(row[f"K={k}"]["speedup"]["median"] for k in (2, 4))
+        # K = 0 (speedup 1) is among the fixed widths auto is held to
+        best = max([1.0] + [row[f"K={k}"]["speedup"]["median"] for k in (2, 4)])
+        assert best == median_speedup(row, row["best_fixed_K"])
         assert row["auto_over_best_fixed"] == pytest.approx(
             row["K=auto"]["speedup"]["median"] / best
         )
@@ -56,6 +62,24 @@ def test_auto_is_paired_with_the_best_fixed_k_of_its_own_rotation(monkeypatch) -
     )
     assert paired["interval"] is None  # three rotations are too few for a 95 % interval
     assert row["tokens_per_s_by_rotation"] == {f"K={k}": r for k, r in rates.items()}
+
+
+def test_where_no_k_pays_auto_is_held_to_k_0(monkeypatch) -> None:
+    """Every K > 0 is below K = 0 (a large batch on a fast matrix unit): the best fixed K is
+    0, and auto at 0.95x K = 0 is 0.95 of it, not 0.95 / 0.9 of the best K > 0."""
+    rates = {0: [100, 100, 100], 2: [90, 90, 90], 4: [80, 80, 80], "auto": [95, 95, 95]}
+
+    def fake_decode_all(decoder, prompts, spec, temperature, max_new, seed, batch):
+        rate = rates[spec.num_speculative_tokens][seed // 1000]
+        return DecodeStats(spec.num_speculative_tokens, emitted=rate, time_round=1.0)
+
+    monkeypatch.setattr(bench_proposers, "decode_all", fake_decode_all)
+    monkeypatch.setattr(bench_proposers, "warm_up", lambda *args: None)
+    (row,) = batch_table(None, ["x"], [0.0], [1], [2, 4], 8, 3)
+    assert row["best_fixed_K"] == 0
+    assert row["auto_over_best_fixed"] == pytest.approx(0.95)
+    for how in ("paired", "held_out"):
+        assert row[f"auto_over_best_fixed_{how}"]["median"] == pytest.approx(0.95)
 
 
 def test_the_held_out_best_k_does_not_reward_a_lucky_rotation() -> None:
