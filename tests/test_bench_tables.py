@@ -41,11 +41,9 @@ def test_batch_table_pairs_each_setting_with_its_rotations_baseline() -> None:
             assert 0 < s["min"] <= s["median"] <= s["max"]
 
 
-def test_auto_is_paired_with_the_best_fixed_k_of_its_own_rotation(monkeypatch) -> None:
-    """Rates by rotation: the machine is slow for K = 2 and auto in rotation 1. Auto is 0.95 of
-    K = 2 in two rotations of three, which the paired median says; the ratio of the medians
-    (1.6 / 1.5) would call it faster."""
-    rates = {0: [100, 100, 100], 2: [200, 100, 150], 4: [110, 110, 110], "auto": [190, 95, 160]}
+def batch_row_from_rates(monkeypatch, rates: dict) -> dict:
+    """The batch table's one row (B = 1, T = 0, K = 2 and 4, 3 rotations) with each setting's
+    tok/s taken from rates[K][rotation] instead of decoding."""
 
     def fake_decode_all(decoder, prompts, spec, temperature, max_new, seed, batch):
         rate = rates[spec.num_speculative_tokens][seed // 1000]
@@ -54,6 +52,15 @@ def test_auto_is_paired_with_the_best_fixed_k_of_its_own_rotation(monkeypatch) -
     monkeypatch.setattr(bench_proposers, "decode_all", fake_decode_all)
     monkeypatch.setattr(bench_proposers, "warm_up", lambda *args: None)
     (row,) = batch_table(None, ["x"], [0.0], [1], [2, 4], 8, 3)
+    return row
+
+
+def test_auto_is_paired_with_the_best_fixed_k_of_its_own_rotation(monkeypatch) -> None:
+    """Rates by rotation: the machine is slow for K = 2 and auto in rotation 1. Auto is 0.95 of
+    K = 2 in two rotations of three, which the paired median says; the ratio of the medians
+    (1.6 / 1.5) would call it faster."""
+    rates = {0: [100, 100, 100], 2: [200, 100, 150], 4: [110, 110, 110], "auto": [190, 95, 160]}
+    row = batch_row_from_rates(monkeypatch, rates)
     assert row["best_fixed_K"] == 2
     assert row["auto_over_best_fixed"] == pytest.approx(1.6 / 1.5)
     paired = row["auto_over_best_fixed_paired"]
@@ -68,14 +75,7 @@ def test_where_no_k_pays_auto_is_held_to_k_0(monkeypatch) -> None:
     """Every K > 0 is below K = 0 (a large batch on a fast matrix unit): the best fixed K is
     0, and auto at 0.95x K = 0 is 0.95 of it, not 0.95 / 0.9 of the best K > 0."""
     rates = {0: [100, 100, 100], 2: [90, 90, 90], 4: [80, 80, 80], "auto": [95, 95, 95]}
-
-    def fake_decode_all(decoder, prompts, spec, temperature, max_new, seed, batch):
-        rate = rates[spec.num_speculative_tokens][seed // 1000]
-        return DecodeStats(spec.num_speculative_tokens, emitted=rate, time_round=1.0)
-
-    monkeypatch.setattr(bench_proposers, "decode_all", fake_decode_all)
-    monkeypatch.setattr(bench_proposers, "warm_up", lambda *args: None)
-    (row,) = batch_table(None, ["x"], [0.0], [1], [2, 4], 8, 3)
+    row = batch_row_from_rates(monkeypatch, rates)
     assert row["best_fixed_K"] == 0
     assert row["auto_over_best_fixed"] == pytest.approx(0.95)
     for how in ("paired", "held_out"):
