@@ -23,6 +23,7 @@ from model import tokenizer
 from model.config import GPTConfig
 from model.errors import CheckpointError, listed
 from model.gpt import GPT
+from model.head import FeatureHead, HeadConfig
 from model.hf import load_hf_folder
 from model.storage import (
     TIED_KEY,
@@ -32,6 +33,7 @@ from model.storage import (
 )
 
 FORMAT = "minispec-gpt-v1"
+HEAD_FORMAT = "minispec-head-v1"
 # Keys of the trainer's optimizer state, which a resumable checkpoint carries beside the
 # weights (save_checkpoint's `extra`); loading a model skips them.
 OPTIMIZER_PREFIX = "optim."
@@ -76,7 +78,9 @@ def save_checkpoint(
     atomic_write(Path(path), save_bytes(tensors, metadata=meta))
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_checkpoint(
+    path: str | Path, expected_format: str = FORMAT
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Tensors and metadata of a checkpoint file, after checking it is whole and untampered."""
     path = Path(path)
     if not path.is_file():
@@ -106,10 +110,10 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     except (SafetensorError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({exc})") from None
     meta = header.get("__metadata__") or {}
-    if meta.get("format") != FORMAT:
+    if meta.get("format") != expected_format:
         raise CheckpointError(
             f"{path}: not a minispec checkpoint (format {meta.get('format')!r}, "
-            f"expected {FORMAT!r})"
+            f"expected {expected_format!r})"
         )
     if meta.get("sha256") != tensor_digest(tensors):
         raise CheckpointError(f"{path}: corrupt checkpoint (tensor checksum mismatch)")
@@ -229,3 +233,42 @@ def load_pair(
             stacklevel=2,
         )
     return target, draft
+
+
+def save_head(path: str | Path, head: FeatureHead, metadata: dict[str, str] | None = None) -> None:
+    """Save a feature head in float16 (its own weights: the target's embedding and LM head are
+    the target's), atomically, with its config and a checksum."""
+    tensors = {k: v.detach().cpu().half().contiguous() for k, v in head.state_dict().items()}
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    meta.update(
+        format=HEAD_FORMAT,
+        config=head.config.to_json(),
+        tokenizer=json.dumps(tokenizer.describe()),
+        sha256=tensor_digest(tensors),
+    )
+    atomic_write(Path(path), save_bytes(tensors, metadata=meta))
+
+
+def load_head(
+    path: str | Path, target: GPT, device: str | torch.device = "cpu"
+) -> tuple[FeatureHead, dict[str, str]]:
+    """A feature head for `target`: its width must be the target's, its vocabulary the
+    target's."""
+    tensors, meta = read_checkpoint(path, HEAD_FORMAT)
+    try:
+        config = HeadConfig.from_json(meta["config"])
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    if config.target_width != target.config.d_model:
+        raise CheckpointError(
+            f"{path}: a head for a target of width {config.target_width}, not "
+            f"{target.config.d_model}"
+        )
+    head = FeatureHead(config, target.config.vocab_size)
+    expected = {k: v.shape for k, v in head.state_dict().items()}
+    if expected.keys() != tensors.keys() or any(
+        tensors[k].shape != shape for k, shape in expected.items()
+    ):
+        raise CheckpointError(f"{path}: its tensors do not match its config")
+    head.load_state_dict(cast_finite(path, tensors, target.embed.weight.dtype))
+    return head.to(device).eval(), meta

@@ -273,7 +273,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache = None
 
-    def forward(
+    def hidden(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
@@ -282,7 +282,8 @@ class GPT(nn.Module):
         slots: torch.Tensor | None = None,
         visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tokens [B, T] -> logits [B, T, V] (float32).
+        """tokens [B, T] -> final states [B, T, C]: the normed top layer the head reads, which a
+        feature-drafting proposer reads too.
 
         With a cache, `positions` [B, T] gives each token's absolute position (rows may differ) and
         k/v are written there. Without positions, the tokens are a whole sequence from position 0:
@@ -315,7 +316,15 @@ class GPT(nn.Module):
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, cos, sin, slots, mask)
-        return self.lm_head(self.norm(x)).float()
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head over final states [..., C]: logits [..., V] in float32."""
+        return self.lm_head(hidden).float()
+
+    def forward(self, tokens: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, V] (float32): `hidden`'s arguments, then the head."""
+        return self.logits(self.hidden(tokens, *args, **kwargs))
 
     def move_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
         """Copy every layer's cache entries at slots source [B, T] to destination [B, T] (a
@@ -328,20 +337,26 @@ class GPT(nn.Module):
         cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]
         return cos.to(self.embed.weight.dtype), sin.to(self.embed.weight.dtype)
 
-    def prefill(self, tokens: torch.Tensor) -> None:
+    def prefill(self, tokens: torch.Tensor, hidden: bool = False) -> torch.Tensor | None:
         """Write the keys and values of tokens [B, T], at positions 0..T-1 in every row, into the
         cache: a prompt's prefill. It leaves out what only logits need. Every row starts at 0,
         so attention among the T tokens is plain causal (no mask; the kernel skips the masked
         half), and the last block contributes its keys and values only: its attention output
         and MLP, the final norm and the head feed nothing but logits (an n_layer-th of the
-        blocks' work, and the head's). Right padding is harmless: a pad token sits past its
+        blocks' work, and the head's), unless `hidden` asks for the final states [B, T, C].
+        Right padding is harmless: a pad token sits past its
         row's prompt, where the row's own tokens overwrite it before any query can see it."""
         B, T = tokens.shape
         positions = torch.arange(T, device=tokens.device).expand(B, T)
         cos, sin = self.rope_at(positions)
         x = self.embed(tokens)
+        if hidden:  # a proposer reads the final states: the whole last block runs
+            for block in self.blocks:
+                x = block(x, cos, sin, positions, None)
+            return self.norm(x)
         *inner, last = self.blocks
         for block in inner:
             x = block(x, cos, sin, positions, None)  # mask None: causal among the T tokens
         _, k, v = last.attn.qkv(last.attn_norm(x), cos, sin)
         last.attn.kv_cache.update(positions, k, v)
+        return None
