@@ -59,6 +59,7 @@ def check_request(
     draft: GPT | None,
     suffix_index: SuffixIndex | None,
     context: int,
+    head=None,
 ) -> None:
     """One generate() call's prompts (token ids), SamplingParams and SpeculativeConfig, against
     what the decoder holds: a draft model and a suffix index for the proposers that need them,
@@ -66,7 +67,7 @@ def check_request(
     the decoder, so that the decoder imports this module and not the other way round."""
     spec.validate()
     k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
-    held = {"draft": draft, "suffix_index": suffix_index}
+    held = {"draft": draft, "suffix_index": suffix_index, "head": head}
     if k > 0 and needs is not None and held[needs] is None:
         raise ValueError(f"proposer {spec.proposer!r} needs SpeculativeDecoder(..., {needs}=...)")
     if not prompts or len(params) != len(prompts):

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable, NamedTuple
@@ -30,13 +32,23 @@ from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
 from minispec.policies.width_choice import AdaptiveConfig
-from minispec.proposers import PROPOSERS, HostProposer, Proposal, Proposer, SuffixIndex
+from minispec.proposers import (
+    PROPOSERS,
+    DraftModelProposer,
+    Held,
+    HostProposer,
+    Proposal,
+    Proposer,
+    SuffixIndex,
+    TreeProposer,
+)
 from minispec.round import RoundState, speculative_round
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
 from minispec.threads import prefill_threads
 from minispec.tree_round import tree_round
 from model.gpt import GPT
+from model.head import FeatureHead
 from model.tokenizer import EOS_TOKEN_ID
 from sampling.constraints import RowConstraints
 
@@ -49,6 +61,38 @@ KV_BUCKET = 64
 ROUNDS = {"tree": tree_round}
 
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
+
+# The KV caches live on the models, so a model runs one generation at a time, whichever
+# decoders share it: one lock per model, and per thread the models its calls hold, so that a
+# call from inside an on_tokens callback on a model in use fails at once instead of waiting
+# forever for itself.
+_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+_HELD = threading.local()
+
+
+@contextmanager
+def exclusive(models: list[torch.nn.Module]):
+    """Hold every model's lock (in one global order, so two calls cannot each wait on the
+    other); RuntimeError if this thread already holds one (a re-entrant call)."""
+    held = getattr(_HELD, "models", None)
+    if held is None:
+        held = _HELD.models = set()
+    if any(id(m) in held for m in models):
+        raise RuntimeError(
+            "generate was called from inside an on_tokens callback of a generation on the "
+            "same model: its KV cache is in use; collect the tokens and call after it returns"
+        )
+    with _LOCKS_LOCK:
+        locks = [_MODEL_LOCKS.setdefault(m, threading.Lock()) for m in models]
+    with ExitStack() as stack:
+        for _, lock in sorted(zip(map(id, models), locks), key=lambda pair: pair[0]):
+            stack.enter_context(lock)
+        held.update(map(id, models))
+        try:
+            yield
+        finally:
+            held.difference_update(map(id, models))
 
 
 class GenerationOutput(NamedTuple):
@@ -127,6 +171,7 @@ class SpeculativeDecoder:
         *,
         compile: bool | str = True,
         suffix_index: SuffixIndex | None = None,
+        head: FeatureHead | None = None,
         eos_token_id: int | None = EOS_TOKEN_ID,
         prefill_threads: int | None = None,
     ) -> None:
@@ -136,12 +181,23 @@ class SpeculativeDecoder:
         while a background process builds its package, which takes over once built
         (minispec/compilation/builder.py; on CUDA, as True); False, run eagerly.
 
+        `head`: a feature head trained on this target (model/head.py), for the "feature_head"
+        proposer.
+
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only).
 
         `prefill_threads`: the CPU threads the prefill runs on, every core this process may use
         when None; the rounds run on the caller's count (minispec/threads.py says why)."""
         check_decoder(target, draft, compile, eos_token_id, prefill_threads)
+        if head is not None and not isinstance(head, FeatureHead):
+            raise TypeError(f"head must be a FeatureHead or None, got {type(head).__name__}")
+        if head is not None and head.config.target_width != target.config.d_model:
+            raise ValueError(
+                f"head reads states of width {head.config.target_width}, the target's are "
+                f"{target.config.d_model}"
+            )
+        self.head = head.eval() if head is not None else None
         self.prefill_threads = prefill_threads
         # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
         self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
@@ -157,16 +213,16 @@ class SpeculativeDecoder:
         self.rounds: dict[tuple, tuple[Proposer | HostProposer, Compiled]] = {}
         # What policies keep across calls: adaptive K's measurements per graph family.
         self.families: dict[tuple, FamilyMeasurements] = {}
-        self.lock = threading.Lock()  # one generate() at a time (see generate)
 
     def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Compiled]:
         """Proposer `name` (PROPOSERS) and its round function (ROUNDS) with the target and that
         proposer bound, compiled; built on first use."""
         key = (name, self.suffix_index is not None)
         if key not in self.rounds:
-            proposer = PROPOSERS[name].build(self.draft, self.suffix_index)
+            held = Held(self.target, self.draft, self.suffix_index, self.head)
+            proposer = PROPOSERS[name].build(held)
             in_round = None if isinstance(proposer, HostProposer) else proposer
-            models = torch.nn.ModuleList(m for m in (self.target, self.draft) if m is not None)
+            models = torch.nn.ModuleList(m for m in self.models() if m is not None)
             compiled = compile_round(
                 partial(ROUNDS.get(name, speculative_round), self.target, in_round),
                 f"round[{name}]",
@@ -179,20 +235,30 @@ class SpeculativeDecoder:
             self.rounds[key] = (proposer, compiled)
         return self.rounds[key]
 
+    def models(self) -> tuple:
+        """Every model this decoder runs (None where it holds none)."""
+        return (self.target, self.draft, self.head)
+
     @torch.no_grad()
     def prefill(
-        self, prompts: list[list[int]], params: list[SamplingParams], k: int, uses_draft=True
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        k: int,
+        proposer: Proposer | HostProposer | None = None,
     ) -> LoopState:
-        """Fill the caches (the target's, and the draft's when it drafts) with every prompt token
-        but the last (which the first round feeds); k: the widest K of any round. Eager:
-        prefill runs once per request, at a width of its own, so compiling it would cost more
-        start-up than it saves."""
+        """Fill the caches (the target's, and the draft's or the head's when it drafts) with
+        every prompt token but the last (which the first round feeds); k: the widest K of any
+        round. Eager: prefill runs once per request, at a width of its own, so compiling it
+        would cost more start-up than it saves."""
         b = len(prompts)
-        models = [self.target] + ([self.draft] if k and uses_draft else [])
+        uses_draft = k and isinstance(proposer, (DraftModelProposer, TreeProposer))
+        reads_hidden = k and getattr(proposer, "reads_hidden", False)
+        models = [self.target] + ([self.draft] if uses_draft else [])
         # Every model gets its cache, even one this call does not run: a compiled round's key
         # includes the buffers it may read (and a CUDA graph, their addresses), so a K = 0
         # round compiled before the draft had a cache would be compiled again after it got one.
-        for model in filter(None, (self.target, self.draft)):
+        for model in filter(None, self.models()):
             model.setup_cache(b)  # kept when it already fits: the models own their caches
         tokens = torch.zeros(b, self.max_seq_len, dtype=torch.long)
         for i, prompt in enumerate(prompts):
@@ -202,13 +268,17 @@ class SpeculativeDecoder:
         # be work for nothing. On every core by default: unlike a round, the prefill is large
         # matrix products, compute-bound, once per call.
         width = max(map(len, prompts)) - 1
-        with prefill_threads(self.device, self.prefill_threads):
-            for model in models:
-                if width:
-                    model.prefill(tokens[:, :width])
-        seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
         lengths, max_new = [len(p) for p in prompts], [p.max_new_tokens for p in params]
-        return LoopState.start(tokens, lengths, max_new, seeds, k)
+        with prefill_threads(self.device, self.prefill_threads):
+            hidden = self.target.prefill(tokens[:, :width], hidden=bool(reads_hidden))
+            for model in models[1:]:
+                model.prefill(tokens[:, :width])
+            carried = ()
+            if reads_hidden:  # the proposer's hook: its state from the target's
+                carried = proposer.prefill(hidden, tokens, torch.tensor(lengths).to(self.device))
+        seeds = [p.seed if p.seed is not None else int(torch.randint(2**31, ())) for p in params]
+        state = LoopState.start(tokens, lengths, max_new, seeds, k)
+        return state._replace(proposer_state=carried)
 
     def key_positions(self, longest: int, k: int) -> torch.Tensor | None:
         """The cache slots a forward reads when the longest row holds `longest` tokens and the
@@ -242,8 +312,9 @@ class SpeculativeDecoder:
         """Decode every prompt (token ids, BOS first) until EOS or its max_new_tokens.
 
         `on_tokens(row, ids, origins)` is called as tokens are accepted, for streaming.
-        Calls on one decoder run one at a time: a call from another thread waits for the one in
-        flight (and an `on_tokens` that calls generate on the same decoder would wait forever).
+        Calls on one model (from this decoder or another on the same model objects) run one at
+        a time: a call from another thread waits for the one in flight, and one from inside
+        `on_tokens` raises RuntimeError.
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
@@ -256,10 +327,11 @@ class SpeculativeDecoder:
             draft=self.draft,
             suffix_index=self.suffix_index,
             context=self.max_seq_len,
+            head=self.head,
         )
-        # The models' KV caches are this decoder's one working memory: two calls interleaving
-        # their rounds would overwrite each other's entries. Calls from several threads wait.
-        with self.lock, torch.no_grad():
+        # The models' KV caches are a call's one working memory: two calls interleaving their
+        # rounds would overwrite each other's entries. Calls from several threads wait.
+        with exclusive([m for m in self.models() if m is not None]), torch.no_grad():
             run = self.start_run(prompts, params, spec, on_tokens, warm_up)
             while not run.done:
                 self.decode_round(run)
@@ -293,10 +365,11 @@ class SpeculativeDecoder:
         # K = 0 only: no proposer runs, and any proposer's round is the baseline.
         proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
         uses_draft = PROPOSERS[spec.proposer].needs == "draft"
+        in_round = None if isinstance(proposer, HostProposer) else proposer
         tree = spec.proposer == "tree" and widest
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
-        loop = self.prefill(prompts, params, widest, uses_draft)
+        loop = self.prefill(prompts, params, widest, in_round if widest else None)
         state = RoundState(loop, policy.prepare(loop))
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(

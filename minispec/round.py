@@ -44,14 +44,14 @@ class RoundState(NamedTuple):
 def verify(
     target: GPT, state: LoopState, proposal: Proposal | None, key_positions: torch.Tensor | None
 ) -> torch.Tensor:
-    """p_1..p_{K+1}: the target's logits [B, K+1, V] at [last, x_1..x_K], in one forward that
-    reads the cache slots key_positions (GPT.forward). Placeholders past a short proposal go in
-    as token 0: the logits after them are never read."""
+    """The target's final states [B, K+1, C] at [last, x_1..x_K], in one forward that reads the
+    cache slots key_positions (GPT.hidden); its head over them gives p_1..p_{K+1}.
+    Placeholders past a short proposal go in as token 0: what follows them is never read."""
     tokens = state.tokens.gather(1, state.seq_len[:, None] - 1)  # the last token
     if proposal is not None:
         tokens = torch.cat([tokens, proposal.draft_token_ids.clamp(min=0)], 1)
     positions = state.seq_len[:, None] - 1 + torch.arange(tokens.shape[1], device=tokens.device)
-    return target(tokens, positions, key_positions)
+    return target.hidden(tokens, positions, key_positions)
 
 
 def accept(
@@ -129,7 +129,8 @@ def speculative_round(
         proposal = host_proposal
         if proposal is None:
             proposal = proposer.propose(state, k, sampling, key_positions)
-    target_logits = verify(target, state, proposal, key_positions)
+    hidden = verify(target, state, proposal, key_positions)
+    target_logits = target.logits(hidden)
     emitted, num_accepted = accept(
         target_logits, proposal, constraints, noise.uniforms, noise.target, rejection_sample_method
     )
@@ -137,7 +138,11 @@ def speculative_round(
         beta = acceptance_probability(target_logits, proposal, constraints)
     num_drafts = None if proposal is None else proposal.num_draft_tokens
     alpha_stats = alpha_statistics(state, num_accepted, num_drafts, beta)
+    before = state
     state, snapshot = advance(state, emitted, num_accepted, num_drafts, alpha_stats, eos_token_id)
+    if getattr(proposer, "reads_hidden", False):  # the hook: a proposer that follows the target
+        followed = proposer.follow_target(before, hidden, emitted, num_accepted, key_positions)
+        state = state._replace(proposer_state=followed)
     adaptive_state = carried.adaptive_state
     if adaptive is not None:
         adaptive_state, choice = next_width(

@@ -35,6 +35,8 @@ class LoopState(NamedTuple):
     position_accepted: torch.Tensor  # [B, K] rounds whose first i+1 drafts were all accepted
     alpha_sum: torch.Tensor  # [B] float64: sum of beta over verified positions
     alpha_count: torch.Tensor  # [B] verified positions
+    # what a proposer carries from round to round (the feature head's guessed state), else ()
+    proposer_state: torch.Tensor | tuple[()] = ()
 
     @classmethod
     def start(

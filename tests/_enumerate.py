@@ -19,6 +19,7 @@ import torch
 
 from model.config import GPTConfig
 from model.gpt import GPT
+from model.head import FeatureHead, HeadConfig
 from sampling.constraints import filtered_logits, normalize_params
 from sampling.exact_law import chi_square, chi_square_sf  # noqa: F401 (the tests import them here)
 
@@ -62,6 +63,19 @@ def random_gpt(
             if p.dim() >= 2:
                 p.normal_(0.0, scale * p.shape[-1] ** -0.5, generator=generator)
     return model.to(dtype).eval()
+
+
+def random_head(target: GPT, seed: int, scale: float = 1.0) -> FeatureHead:
+    """A feature head for `target` with random weights ~ N(0, scale^2 / fan_in), in its dtype."""
+    c = target.config
+    config = HeadConfig(c.d_model, c.d_model, c.n_head, 2 * c.d_model, c.max_seq_len)
+    head = FeatureHead(config, c.vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in head.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, scale * p.shape[-1] ** -0.5, generator=generator)
+    return head.to(target.embed.weight.dtype).eval()
 
 
 def perturbed_copy(model: GPT, seed: int, mix: float) -> GPT:

@@ -26,6 +26,7 @@ from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
+    random_head,
     sequence_law,
 )
 
@@ -33,6 +34,7 @@ import minispec.policies.adaptive
 import minispec.policies.width_choice
 import minispec.proposers
 import minispec.proposers.draft_model
+import minispec.proposers.feature_head
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -42,6 +44,7 @@ from minispec.proposers import Proposal, Registered, SuffixIndex
 from model import tokenizer
 from model.checkpoint import load_pair
 from model.gpt import GPT
+from model.head import FeatureHead
 from sampling import SampleOutput
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -165,7 +168,12 @@ MIXED_TEMPERATURES = (0.0, 0.6, 1.7)
 BLOCK_CASES = [(2, 0, 1.0), (3, 4, 0.7)]  # (K, top_k, top_p); K = 2 is not degenerate
 # (proposer, rejection_sample_method): the lookup proposers, with their short proposals
 # (the draft model is CASES' and BLOCK_CASES').
-PROPOSER_CASES = [("ngram", "standard"), ("suffix", "standard")]
+PROPOSER_CASES = [
+    ("ngram", "standard"),
+    ("suffix", "standard"),
+    ("feature_head", "standard"),
+    ("feature_head", "block"),
+]
 AUTO_RULES = ("standard", "block")  # the rules a T = 0 and a T = 1 row are run by under "auto"
 # + the mixed-temperature batch, the adaptive-K test and a newly registered proposer
 NUM_CHI_SQUARE_TESTS = len(CASES) + len(BLOCK_CASES) + len(PROPOSER_CASES) + len(AUTO_RULES) + 3
@@ -178,6 +186,13 @@ def exactness_pair() -> tuple[GPT, GPT]:
     and a draft close enough to accept often but far enough to be corrected often."""
     target = random_gpt(VOCAB, seed=1, scale=1.5)
     return target, perturbed_copy(target, seed=2, mix=0.15)
+
+
+@lru_cache(maxsize=1)
+def exactness_head() -> FeatureHead:
+    """A random head for the exactness pair's target: drafts that are often right and often
+    wrong (its q is nothing like p; only that q is the law each draft was drawn from matters)."""
+    return random_head(exactness_pair()[0], seed=3)
 
 
 @lru_cache(maxsize=None)
@@ -197,7 +212,9 @@ def sample_sequences(
     spec: SpeculativeConfig, row_params: list[SamplingParams], prompts: list[list[int]]
 ) -> list[tuple[int, ...]]:
     """One batched generate: every row its own seed (taken from row_params)."""
-    decoder = SpeculativeDecoder(*exactness_pair(), compile=False, suffix_index=lookup_index())
+    decoder = SpeculativeDecoder(
+        *exactness_pair(), compile=False, suffix_index=lookup_index(), head=exactness_head()
+    )
     out = decoder.generate(prompts, row_params, spec)
     assert all(len(t) == NEW_TOKENS for t in out.token_ids)
     return [tuple(t) for t in out.token_ids]
@@ -265,6 +282,22 @@ def test_a_drafter_breaking_the_q_contract_fails_the_same_test(
     )
 
 
+def test_a_feature_head_breaking_the_q_contract_fails_the_same_test(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Power, for the feature head: drafts sampled under top-k with the unfiltered softmax
+    passed on as draft_probs bias the output."""
+
+    def unfiltered_q(logits: torch.Tensor, constraints, noise) -> tuple:
+        token, _ = minispec.proposers.draft_model.draw(logits, constraints, noise)
+        return token, logits.float().softmax(-1)
+
+    monkeypatch.setattr(minispec.proposers.feature_head, "draw", unfiltered_q)
+    groups = [(p, SamplingParams(1.0, top_k=3)) for p in PROMPTS]
+    spec = SpeculativeConfig(2, "probabilistic", proposer="feature_head")
+    assert fit_p_value(spec, groups, seed_base=61_000_000, rows_per_group=3000) < FALSE_ALARM
+
+
 def test_mixed_temperatures_in_one_batch() -> None:
     """Rows at temperature 0 (a point mass: the greedy sequence), 0.6 and 1.7 share a batch;
     each row follows its own law."""
@@ -321,7 +354,7 @@ class RepeatLast:
 def test_a_proposer_registered_once_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     """One entry in PROPOSERS makes a new proposer a valid SpeculativeConfig.proposer, and the
     loop runs it; the whole-sequence law holds, at T = 0 and T = 1 in one batch."""
-    entry = Registered(lambda draft, index: RepeatLast())
+    entry = Registered(lambda held: RepeatLast())
     monkeypatch.setitem(minispec.proposers.PROPOSERS, "repeat_last", entry)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
     spec = SpeculativeConfig(3, "probabilistic", proposer="repeat_last")

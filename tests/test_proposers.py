@@ -15,6 +15,7 @@ from _enumerate import one_thread  # noqa: F401 (a fixture, used by pytestmark)
 from minispec.proposers import (
     PROPOSERS,
     DraftModelProposer,
+    Held,
     HostProposer,
     NgramProposer,
     ngram_propose,
@@ -219,18 +220,21 @@ def test_suffix_index_refuses_bad_input() -> None:
 
 
 def test_the_registry_builds_each_proposer_from_what_the_decoder_holds() -> None:
-    """Each name builds its proposer from (draft model, suffix index), and says which of them it
-    needs; the suffix proposer is the one that proposes on the host."""
-    index, draft = SuffixIndex.build(np.array(encode("abcabc"))), object()
-    built = {name: entry.build(draft, index) for name, entry in PROPOSERS.items()}
+    """Each name builds its proposer from what the decoder holds, and says which part it needs;
+    the suffix proposer is the one that proposes on the host."""
+    index, draft, target, head = SuffixIndex.build(np.array(encode("abcabc"))), *[object()] * 3
+    held = Held(target, draft, index, head)
+    built = {name: entry.build(held) for name, entry in PROPOSERS.items()}
     assert (
         isinstance(built["draft_model"], DraftModelProposer) and built["draft_model"].model is draft
     )
     assert isinstance(built["ngram"], NgramProposer) and isinstance(built["suffix"], SuffixProposer)
     assert built["suffix"].index is index
+    assert built["feature_head"].head is head and built["feature_head"].target is target
     assert [n for n, p in built.items() if isinstance(p, HostProposer)] == ["suffix"]
     assert {n: e.needs for n, e in PROPOSERS.items()} == {
         "draft_model": "draft",
+        "feature_head": "head",
         "ngram": None,
         "suffix": "suffix_index",
         "tree": "draft",

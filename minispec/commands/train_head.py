@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    target_path = args.target or Path(__file__).resolve().parents[2] / "checkpoints" / "target.safetensors"
+    shipped = Path(__file__).resolve().parents[2] / "checkpoints" / "target.safetensors"
+    target_path = args.target or shipped
     target, target_meta = load_checkpoint(target_path)
     target.requires_grad_(False)
     corpus = load_corpus(Path(args.corpus_root) if args.corpus_root else None)
@@ -176,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         step += 1
-        record = {"step": step, "loss": round(loss.item(), 4), "lr": lr,
-                  "train_alpha": [round(a, 4) for a in alphas.tolist()],
-                  "elapsed": round(time.time() - begin, 1)}
+        record = {
+            "step": step,
+            "loss": round(loss.item(), 4),
+            "lr": lr,
+            "train_alpha": [round(a, 4) for a in alphas.tolist()],
+            "elapsed": round(time.time() - begin, 1),
+        }
         if step % args.eval_every == 0 or step == args.steps:
             record["held_out_alpha"] = evaluate()
             tmp = state_dir / "train.pt.tmp"

@@ -1,0 +1,90 @@
+"""The feature head as a proposer: drafts from the target's own final states (EAGLE).
+
+What the round carries for it (LoopState.proposer_state) is g [B, C], the head's guess at the
+target's state at each row's last token, whose logits under the target's head give x_1. Each
+further draft is one head step over (g, x_j), at the row's next position. After the target's
+verify, `follow_target` rewrites the head's cache over the verified positions from the target's
+true states and the kept tokens, in one [B, K+1] step; its guess after the last kept token is
+the next round's g. So the head's cache holds true-state entries for every kept token, and
+guessed ones only within a round (model/head.py says what the head computes).
+
+Drafts are drawn as the draft model's are (`draw`): q is exactly the filtered distribution each
+draft came from, so every rejection rule stays exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minispec.proposers.draft_model import draw
+from minispec.proposers.proposal import DraftSampling, Proposal
+from minispec.state import LoopState
+from model.gpt import GPT
+from model.head import FeatureHead
+
+
+class FeatureHeadProposer:
+    reads_hidden = True  # the round hands follow_target the target's final states
+
+    def __init__(self, target: GPT, head: FeatureHead) -> None:
+        self.target, self.head = target, head
+
+    def prefill(self, hidden: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor):
+        """The head's cache over each prompt from the target's states hidden [B, W, C] at
+        positions 0..W-1 (tokens [B, W+1]: the prompts, padded), and the first g: the guess
+        after each row's second-to-last token (a 1-token prompt has no state: g = 0, whose
+        logits are 0, a uniform q)."""
+        b, w, c = hidden.shape
+        if w == 0:
+            return hidden.new_zeros(b, c)
+        positions = torch.arange(w, device=tokens.device).expand(b, w)
+        guesses = self.head(self.target, hidden, tokens[:, 1 : w + 1], positions)
+        index = (lengths - 2).clamp(min=0)
+        g = guesses.gather(1, index[:, None, None].expand(-1, 1, c))[:, 0]
+        return torch.where((lengths >= 2)[:, None], g, 0)
+
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
+    ) -> Proposal:
+        """x_j ~ q_j for j = 1..K from the target's head over the head's guesses."""
+        g, ids, probs = state.proposer_state, [], []
+        for j in range(num_speculative_tokens):
+            logits = self.target.logits(g)
+            if sampling.method == "greedy":
+                x = logits.argmax(-1)  # every row one-hot: draft_probs stays None
+            else:
+                x, q = draw(logits, sampling.constraints, sampling.noise[:, j])
+                probs.append(q)
+            ids.append(x)
+            if j + 1 < num_speculative_tokens:
+                positions = (state.seq_len - 1 + j)[:, None]
+                g = self.head(self.target, g[:, None], x[:, None], positions, key_positions)
+                g = g[:, 0]
+        return Proposal(
+            torch.stack(ids, 1),
+            torch.full_like(state.seq_len, num_speculative_tokens),
+            torch.stack(probs, 1) if probs else None,
+        )
+
+    def follow_target(
+        self,
+        state: LoopState,
+        hidden: torch.Tensor,
+        emitted: torch.Tensor,
+        num_accepted: torch.Tensor,
+        key_positions: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The next round's g [B, C]: one head step over the verified positions (the target's
+        states hidden [B, K+1, C] there, the emitted tokens [B, K+1] after them), read after
+        the n-th, the last kept token's predecessor. Past it the step writes entries no
+        later query sees before they are rewritten."""
+        width = hidden.shape[1]
+        positions = state.seq_len[:, None] - 1 + torch.arange(width, device=hidden.device)
+        tokens = emitted.clamp(min=0)  # placeholders past the kept ones: any id will do
+        guesses = self.head(self.target, hidden, tokens, positions, key_positions)
+        index = num_accepted[:, None, None].expand(-1, 1, guesses.shape[-1])
+        return guesses.gather(1, index)[:, 0]

@@ -1,0 +1,142 @@
+"""The feature head as a proposer (minispec/proposers/feature_head.py), checked directly.
+
+The whole-sequence law with the head (T = 0 and T = 1 rows in one batch, token-wise and block
+rules) and its power test are in tests/test_decode_exactness.py. Here, deterministic checks of
+what keeps it exact and well aimed:
+- the q each draft comes with is exactly the filtered distribution of an independent,
+  cache-free recomputation of the head's guesses (the exactness bug most reported elsewhere is
+  a q taken from other logits than the drafts');
+- after rounds, the head's carried guess equals a cache-free forward over the target's true
+  states of the whole kept sequence: its cache holds true-state entries for every kept token;
+- at temperature 0 its output is the K = 0 output, with and without EOS.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from _enumerate import one_thread, random_gpt, random_head  # noqa: F401 (one_thread: a fixture)
+
+from minispec.decode import SpeculativeDecoder
+from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
+from minispec.proposers import DraftSampling
+from minispec.rng import round_noise
+from minispec.round import RoundState, speculative_round
+from sampling.constraints import distribution
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+VOCAB = 8
+
+
+def pair_and_head(dtype: torch.dtype = torch.float32):
+    target = random_gpt(VOCAB, seed=1, scale=1.5, dtype=dtype, max_seq_len=32)
+    return target, random_head(target, seed=3, scale=2.0)
+
+
+def cache_free(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy with no KV cache: its attention is plain causal over the tokens it is given."""
+    fresh = copy.deepcopy(model)
+    for module in fresh.modules():
+        if hasattr(module, "kv_cache"):
+            module.kv_cache = None
+    return fresh
+
+
+def reference_guess(target, head, tokens: list[int], extra=()) -> torch.Tensor:
+    """The head's guess after a sequence, from the target's true states at every position
+    but the last (a cache-free forward of each), then the guesses `extra` (state, next token)
+    pairs feed in: [C]."""
+    t, h = cache_free(target), cache_free(head)
+    ids = torch.tensor([tokens])
+    states = t.hidden(ids)[:, :-1]
+    nexts = ids[:, 1:]
+    for state, token in extra:
+        states = torch.cat([states, state[None, None]], 1)
+        nexts = torch.cat([nexts, torch.tensor([[token]])], 1)
+    positions = torch.arange(states.shape[1])[None]
+    return h(t, states, nexts, positions)[0, -1]
+
+
+PROMPTS = [[3, 5, 1, 2, 6], [1, 6]]
+PARAMS = [SamplingParams(1.0, top_k=3, seed=1), SamplingParams(0.7, top_p=0.8, seed=2)]
+
+
+def started(decoder, k: int):
+    proposer, _ = decoder.compiled_round("feature_head")
+    return proposer, decoder.prefill(PROMPTS, PARAMS, k, proposer)
+
+
+@torch.no_grad()
+def test_each_q_is_the_filtered_law_of_the_guess_it_was_drawn_from() -> None:
+    target, head = pair_and_head()
+    decoder = SpeculativeDecoder(target, compile=False, head=head)
+    k = 3
+    proposer, state = started(decoder, k)
+    constraints = row_constraints(PARAMS, torch.device("cpu"))
+    noise = round_noise(state.seeds, state.seq_len, k, VOCAB)
+    proposal = proposer.propose(state, k, DraftSampling(constraints, noise.draft, "probabilistic"))
+    ids = proposal.draft_token_ids
+    guesses = [[], []]
+    for b, prompt in enumerate(PROMPTS):
+        extra = []
+        for j in range(k):
+            g = reference_guess(target, head, prompt, extra)
+            guesses[b].append(g)
+            extra.append((g, int(ids[b, j])))
+    for j in range(k):
+        logits = torch.stack([target.logits(guesses[b][j]) for b in range(2)])
+        expected = distribution(logits, constraints)
+        torch.testing.assert_close(proposal.draft_probs[:, j], expected, atol=1e-5, rtol=1e-5)
+        assert (proposal.draft_probs[:, j].sum(-1) - 1).abs().max() < 1e-5
+        assert (expected.gather(1, ids[:, j : j + 1]) > 0).all()  # each draft is in q's support
+    # Power: the unfiltered softmax differs, where row 0 filters to its top 3 of 8 tokens.
+    raw = torch.stack([target.logits(guesses[b][0]) for b in range(2)]).softmax(-1)
+    assert (raw[0] - proposal.draft_probs[0, 0]).abs().max() > 1e-2
+
+
+@torch.no_grad()
+def test_after_rounds_the_guess_is_read_from_true_states() -> None:
+    target, head = pair_and_head()
+    decoder = SpeculativeDecoder(target, compile=False, head=head)
+    k = 3
+    proposer, state = started(decoder, k)
+    constraints = row_constraints(PARAMS, torch.device("cpu"))
+    carried, accepted = RoundState(state), []
+    for _ in range(3):
+        carried, snapshot = speculative_round(
+            target,
+            proposer,
+            carried,
+            constraints,
+            num_speculative_tokens=k,
+            draft_sample_method="probabilistic",
+            rejection_sample_method="standard",
+            eos_token_id=VOCAB,
+        )
+        accepted += snapshot[:, k + 2].tolist()
+    assert 0 < sum(accepted) < 3 * 2 * k  # rounds with rejections and acceptances
+    loop = carried.loop
+    for b in range(2):
+        tokens = loop.tokens[b, : int(loop.seq_len[b])].tolist()
+        expected = reference_guess(target, head, tokens)
+        torch.testing.assert_close(loop.proposer_state[b], expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("eos", [None, 5])
+def test_greedy_head_output_is_the_target_only_output(eos: int | None) -> None:
+    """float64, where the verify forward's rounding cannot flip a tie."""
+    target, head = pair_and_head(torch.float64)
+    decoder = SpeculativeDecoder(target, compile=False, head=head, eos_token_id=eos)
+    prompts = [[3, 5], [1, 6, 2, 7, 0], [4, 1]]
+    params = lambda: [SamplingParams(0.0, max_new_tokens=m) for m in (14, 9, 12)]  # noqa: E731
+    baseline = decoder.generate(prompts, params(), SpeculativeConfig(0)).token_ids
+    if eos is not None:
+        assert any(eos in row and row[-1] == eos for row in baseline)  # a row stops at EOS
+    for k in (1, 3):
+        spec = SpeculativeConfig(k, "auto", proposer="feature_head")
+        out = decoder.generate(prompts, params(), spec)
+        assert out.token_ids == baseline, k
+        assert 0 < out.stats.accepted < out.stats.drafted, k
