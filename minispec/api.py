@@ -18,12 +18,13 @@ from minispec.devices import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int
 from minispec.stats import DecodeStats
 from model import tokenizer as byte_tokenizer
-from model.checkpoint import CheckpointError, load_pair
+from model.checkpoint import CheckpointError, load_head, load_pair
 from model.hf_tokenizer import TextTokenizer
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_TARGET = CHECKPOINTS / "target.safetensors"
 DEFAULT_DRAFT = CHECKPOINTS / "draft.safetensors"
+DEFAULT_HEAD = CHECKPOINTS / "head.safetensors"  # the feature head trained on DEFAULT_TARGET
 
 
 class GenerateResult(NamedTuple):
@@ -38,14 +39,25 @@ def load_decoder(
     draft: str | Path = DEFAULT_DRAFT,
     device: str = "cpu",
     compile: bool | str = True,
+    head: str | Path | None = DEFAULT_HEAD,
 ) -> SpeculativeDecoder:
-    """Load a checkpoint pair once per process and wrap it in a (compiled) decoder; `compile`
-    as SpeculativeDecoder's. A bad argument raises TypeError or ValueError naming it."""
-    for name, path in (("target", target), ("draft", draft)):
-        if not isinstance(path, (str, os.PathLike)):
+    """Load a checkpoint pair (and a feature head trained on the target, for the feature_head
+    proposer; the shipped one when it is there and the target is the shipped one, None for
+    none) once per process and wrap it in a (compiled) decoder; `compile` as
+    SpeculativeDecoder's. A bad argument raises TypeError or ValueError naming it."""
+    for name, path in (("target", target), ("draft", draft), ("head", head)):
+        if not isinstance(path, (str, os.PathLike)) and not (name == "head" and path is None):
             raise TypeError(f"{name} must be a path (str or Path), got {type(path).__name__}")
+    if not isinstance(compile, (bool, str)):
+        raise TypeError(f"compile must be a bool or a str, got {type(compile).__name__}")
+    if compile not in (True, False, "aot", "auto"):
+        raise ValueError(f"compile must be True, False, 'aot' or 'auto', got {compile!r}")
     check_device(device)
-    return cached_decoder(target, draft, device, compile)
+    if head is not None and Path(head) == DEFAULT_HEAD:
+        # The shipped head reads the shipped target's states only.
+        shipped = Path(target) == DEFAULT_TARGET and DEFAULT_HEAD.is_file()
+        head = DEFAULT_HEAD if shipped else None
+    return cached_decoder(target, draft, device, compile, head)
 
 
 def check_device(device: str | torch.device) -> None:
@@ -60,17 +72,20 @@ def check_device(device: str | torch.device) -> None:
 
 @lru_cache(maxsize=4)
 def cached_decoder(
-    target: str | Path, draft: str | Path, device: str, compile: bool | str
+    target: str | Path, draft: str | Path, device: str, compile: bool | str, head: Path | None
 ) -> SpeculativeDecoder:
     """load_decoder's work, once per process for each set of (checked) arguments."""
     target_model, draft_model = load_pair(target, draft, device=device)
+    head_model = None if head is None else load_head(head, target_model, device)[0]
     eos = eos_token_id(target)
     if eos is not None and not 0 <= eos < target_model.config.vocab_size:
         raise CheckpointError(
             f"{target}: eos_token_id {eos} is outside the vocabulary "
             f"[0, {target_model.config.vocab_size})"
         )
-    return SpeculativeDecoder(target_model, draft_model, compile=compile, eos_token_id=eos)
+    return SpeculativeDecoder(
+        target_model, draft_model, compile=compile, eos_token_id=eos, head=head_model
+    )
 
 
 def eos_token_id(path: str | Path) -> int | None:

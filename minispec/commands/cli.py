@@ -2,6 +2,7 @@
 
     decode        speculative decoding with the shipped pair (make decode)
     train         train the target, then the distilled draft (make train)
+    train-head    train the feature head on the target's cached states (make train-head)
     bench         end-to-end, batch, sampler and start-up benchmarks (make bench)
     bench-sampler the rejection sampler against eager, plain and the read floor
     copy-score    how well a target copies its context (the lookup proposers' ceiling)
@@ -81,8 +82,9 @@ def decode_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--proposer",
         default="draft_model",
-        help="draft_model, ngram (prompt lookup), suffix (an index over the training corpus) "
-        "or tree (the draft model drafts a tree, verified in one target forward; -k is its depth)",
+        help="draft_model, feature_head (a head drafting from the target's own states), ngram "
+        "(prompt lookup), suffix (an index over the training corpus) or tree (the draft model "
+        "drafts a tree, verified in one target forward; -k is its depth)",
     )
     p.add_argument(
         "--tree-branching",
@@ -138,6 +140,12 @@ def decode_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--draft", default=None, help="draft checkpoint (default: checkpoints/draft.safetensors)"
+    )
+    p.add_argument(
+        "--head",
+        default=None,
+        help="feature head checkpoint for --proposer feature_head (default: "
+        "checkpoints/head.safetensors, with the shipped target)",
     )
     p.add_argument("--device", type=device_name, default="cpu")
     p.add_argument("--threads", type=thread_count, default=1, help=THREADS_HELP)
@@ -218,14 +226,16 @@ def run_decode(argv: list[str]) -> int:
     check_device(parser, args.device)  # the one check that needs torch: after every other one
     import torch  # deferred: --help and argument errors stay instant
 
-    from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET, generate, load_decoder
+    from minispec.api import DEFAULT_DRAFT, DEFAULT_HEAD, DEFAULT_TARGET, generate, load_decoder
 
     prompts = args.prompt or [DEFAULT_PROMPT]
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
     target = args.target or DEFAULT_TARGET
     compile = args.compile_mode if args.compile and args.compile_mode != "jit" else args.compile
-    decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile)
+    decoder = load_decoder(
+        target, args.draft or DEFAULT_DRAFT, args.device, compile, args.head or DEFAULT_HEAD
+    )
     decoder.prefill_threads = args.prefill_threads
     tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
     if args.proposer == "suffix" and decoder.suffix_index is None:
@@ -298,6 +308,7 @@ def run_decode(argv: list[str]) -> int:
 # benchmarks are not part of the installed package.
 COMMANDS = {
     "train": "minispec.commands.train_args:main",
+    "train-head": "minispec.commands.train_head:main",
     "bench": "benchmarks.cli:bench",
     "bench-sampler": "benchmarks.cli:bench_sampler",
     "copy-score": "minispec.commands.copy_score:main",
