@@ -1,5 +1,6 @@
 """Folders that minispec writes whole (an exported model): replaced atomically, and only when
-minispec wrote them.
+minispec wrote them; and folders it writes files into one by one (train's --out-dir, which may
+hold the user's own files): a file there is replaced only when minispec wrote it.
 
 A written folder holds MARKER, which lists its files. A folder without it, or holding a file it
 does not list (a user's weights, a `.git`), is never replaced: that is one ValueError naming it.
@@ -7,6 +8,12 @@ A folder is built beside its destination as `.<name>.tmp-<pid>`, and the one it 
 to `.<name>.old-<pid>` for the moment of the swap; a process killed in between leaves these
 behind, and the next write to the same destination removes them (or, when the kill came between
 the two renames, moves the old folder back).
+
+A folder written file by file holds MARKER too, listing the files minispec wrote there;
+`unlisted` names those of a write's files that are there but not listed (`check_replaceable`
+does not fit: it refuses a folder for any file it does not list, a user's notes beside the
+models included). The names are listed before the files are written, so that a run killed in
+between has not made its own files look like a user's.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Iterable
 
 from model.storage import TEMPORARY, atomic_write, process_alive
 
@@ -54,6 +62,20 @@ def check_replaceable(out: Path) -> None:
             f"{out} holds files that minispec did not write ({', '.join(extra[:3])}"
             f"{', ...' if len(extra) > 3 else ''}): refusing to replace it"
         )
+
+
+def unlisted(folder: Path, names: Iterable[str]) -> list[Path]:
+    """The files among `names` that `folder` holds and its MARKER does not list: files that
+    minispec did not write, and so must not replace unless told to."""
+    written = written_files(folder) or set()
+    paths = [folder / name for name in names if name not in written]
+    return [p for p in paths if p.exists() or p.is_symlink()]
+
+
+def list_written(folder: Path, names: Iterable[str]) -> None:
+    """Add `names` to the files `folder`'s MARKER lists, before minispec writes them."""
+    files = sorted((written_files(folder) or set()) - {MARKER} | set(names))
+    atomic_write(folder / MARKER, json.dumps({"written_by": "minispec", "files": files}).encode())
 
 
 def only_written_files(folder: Path, names: set[str]) -> bool:

@@ -166,8 +166,9 @@ def test_resumed_run_continues_from_the_saved_step_and_ends_bit_identical(
         "step"
     ] == str(saved_at)
     assert not (tmp_path / "cut" / "out" / f"{role}.safetensors").exists()
-    # A target from some other run sits in the output folder (as the shipped pair does in
-    # checkpoints/): resuming must finish and use this run's target, not adopt that one.
+    # A target from some other run sits in the output folder, under a name this run listed as its
+    # own when it started (model/folders.py): resuming must finish and use this run's target, not
+    # adopt that one.
     torch.manual_seed(99)
     save_checkpoint(tmp_path / "cut" / "out" / "target.safetensors", GPT(PRESETS["tiny"]["target"]))
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shlex
+import struct
 import sys
 import tempfile
 import time
@@ -22,9 +23,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minispec.commands.corpus import Corpus, load_corpus
+from minispec.commands.corpus import (
+    Corpus,
+    corpus_root,
+    documents,
+    fingerprint,
+    load_corpus,
+    size_problem,
+    split_sizes,
+)
 from minispec.commands.curve import write_curve
 from minispec.commands.schedules import EVAL_WINDOWS, SCHEDULES, Schedule
+from minispec.devices import device_problem
 from model.checkpoint import (
     OPTIMIZER_PREFIX,
     load_checkpoint,
@@ -32,9 +42,14 @@ from model.checkpoint import (
     save_checkpoint,
 )
 from model.config import PRESETS, GPTConfig
+from model.errors import CheckpointError
+from model.folders import MARKER, list_written, unlisted
 from model.gpt import GPT
 from model.storage import remove_stale_temporaries
 
+# The files a run writes into --out-dir besides the models: the loss curve is a PNG with
+# matplotlib and a text chart without (curve.py).
+CURVES = ("loss_curve.png", "loss_curve.txt")
 COPY_SPAN = (48, 240)  # bytes a copy row repeats: a few lines of code, as an edit rewrites
 BLANK_LINE = torch.tensor([ord("\n")] * 2)
 
@@ -260,21 +275,7 @@ def train_one(
     model = GPT(config) if init_from is None else initial_weights(init_from, config)
     if resume and state_path.is_file():
         model, meta = load_checkpoint(state_path)
-        if "step" not in meta:
-            raise ValueError(
-                f"--resume: {state_path} is a finished model, not a training state "
-                f"(it records no step); remove it or drop --resume"
-            )
-        # Continuing another run's state under this run's name would record a seed and corpus
-        # that only the second half of training saw.
-        found = (model.config, meta.get("seed"), meta.get("corpus_fingerprint"))
-        if found != (config, str(seed), corpus.fingerprint):
-            raise ValueError(
-                f"--resume: {state_path} is from another run (preset {meta.get('preset')!r}, "
-                f"seed {meta.get('seed')}, corpus {str(meta.get('corpus_fingerprint'))[:16]}; this "
-                f"run: {preset!r}, seed {seed}, corpus {corpus.fingerprint[:16]}); "
-                f"remove it or drop --resume"
-            )
+        check_resumable(state_path, meta, preset, config, seed, corpus.fingerprint)
         start = int(meta["step"])
         if ranks.writer:
             print(f"[{role}] resuming from step {start} ({state_path})", flush=True)
@@ -381,6 +382,72 @@ def train_one(
     return final_path
 
 
+def check_resumable(
+    state_path: Path, meta: dict[str, str], preset: str, config: GPTConfig, seed: int, corpus: str
+) -> None:
+    """ValueError unless the state whose metadata is `meta` is one this run (its preset's
+    `config`, `seed`, the fingerprint `corpus`) can continue."""
+    if "step" not in meta:
+        raise ValueError(
+            f"--resume: {state_path} is a finished model, not a training state "
+            f"(it records no step); remove it or drop --resume"
+        )
+    try:
+        saved = GPTConfig.from_json(meta.get("config", ""))
+    except ValueError:
+        saved = None
+    # Continuing another run's state under this run's name would record a seed and corpus
+    # that only the second half of training saw.
+    found = (saved, meta.get("seed"), meta.get("corpus_fingerprint"))
+    if found != (config, str(seed), corpus):
+        raise ValueError(
+            f"--resume: {state_path} is from another run (preset {meta.get('preset')!r}, "
+            f"seed {meta.get('seed')}, corpus {str(meta.get('corpus_fingerprint'))[:16]}; this "
+            f"run: {preset!r}, seed {seed}, corpus {corpus[:16]}); "
+            f"remove it or drop --resume"
+        )
+
+
+def saved_metadata(path: Path) -> dict[str, str]:
+    """A checkpoint's metadata, from its header alone: a training state holds the model three
+    times over (weights and two AdamW moments), and --check-args needs none of it."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > path.stat().st_size:  # a size no header has: not a safetensors file
+                raise ValueError
+            meta = json.loads(f.read(size)).get("__metadata__") or {}
+        if not isinstance(meta, dict):
+            raise ValueError
+    except (struct.error, ValueError, AttributeError, RecursionError):
+        raise CheckpointError(f"{path}: not a safetensors file") from None
+    return meta
+
+
+def check_corpus(args: argparse.Namespace, roles: list[str], sizes: tuple[int, int, int]) -> None:
+    """ValueError when a corpus of `sizes` (files, training and held-out tokens) cannot train
+    the roles' windows: otherwise the first batch fails deep in torch.randint, or the held-out
+    loss is a division by zero."""
+    seq_len = max(SCHEDULES[args.preset][role].seq_len for role in roles)
+    if (problem := size_problem(*sizes, seq_len)) is not None:
+        where = "--corpus-root" if args.corpus_root is not None else "the corpus in"
+        raise ValueError(f"{where} {corpus_root(args.corpus_root)}: {problem}")
+
+
+def check_corpus_ahead(args: argparse.Namespace, state_dir: Path, roles: list[str]) -> None:
+    """What the corpus forbids, found from its files' sizes and bytes without loading it (the
+    --check-args run, before torchrun starts processes that would each fail on it): a corpus too
+    small, and a --resume of a state saved on another corpus."""
+    check_corpus(args, roles, split_sizes(args.corpus_root))
+    if not args.resume:  # with --resume, check_arguments has found a state to continue
+        return
+    corpus = fingerprint(documents(args.corpus_root))
+    for role in roles:
+        if (path := state_dir / f"{role}.state.safetensors").is_file():
+            config = PRESETS[args.preset][role]
+            check_resumable(path, saved_metadata(path), args.preset, config, args.seed, corpus)
+
+
 def initial_weights(path: Path, config: GPTConfig) -> GPT:
     """A fine-tune's starting point: the checkpoint's weights in fp32 (a fresh optimizer; the
     schedule's warm-up eases it in)."""
@@ -392,11 +459,19 @@ def initial_weights(path: Path, config: GPTConfig) -> GPT:
     return model
 
 
-def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: bool) -> None:
+def outputs(roles: list[str]) -> list[str]:
+    """The files a run of `roles` writes into --out-dir."""
+    return [f"{role}.safetensors" for role in roles] + list(CURVES)
+
+
+def check_folders(
+    out_dir: Path, state_dir: Path, roles: list[str], keep_state: bool, force: bool
+) -> None:
     """What would otherwise go wrong only after training, or silently: a folder that cannot be
     written (found at the first save), the state of an earlier run (overwritten at the first
-    save), and temporaries a killed save left behind (never removed). `keep_state`: --resume or
-    --force said what to do with an earlier state."""
+    save), a file of the user's where a model goes (replaced at the export), and temporaries a
+    killed save left behind (never removed). `keep_state`: --resume or --force said what to do
+    with an earlier state; `force`: replace the user's files too."""
     for flag, folder in (("--out-dir", out_dir), ("--state-dir", state_dir)):
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -414,6 +489,13 @@ def check_folders(out_dir: Path, state_dir: Path, roles: list[str], keep_state: 
             f"{found[0]} holds an earlier run's state: continue it with --resume, "
             f"or start over with --force"
         )
+    if not force and (theirs := unlisted(out_dir, outputs(roles))):
+        # --resume cannot take --force: the file has to go, or the models elsewhere.
+        fix = "move it away" if keep_state else "pass --force to replace it"
+        raise ValueError(
+            f"--out-dir {out_dir}: {theirs[0]} is not listed in {out_dir / MARKER} as written by "
+            f"minispec train: refusing to replace it; {fix}, or choose another --out-dir"
+        )
 
 
 def check_arguments(args: argparse.Namespace, state_dir: Path, roles: list[str]) -> None:
@@ -429,8 +511,10 @@ def check_arguments(args: argparse.Namespace, state_dir: Path, roles: list[str])
         device = torch.device(args.device)
     except RuntimeError:
         raise ValueError(f"--device {args.device!r}: not a device name (cpu, cuda)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: this torch sees no CUDA device; train on --device cpu")
+    if device.type == "meta":  # torch makes tensors there, but they hold no values
+        raise ValueError("--device meta: meta is not a device to train on; train on cpu or cuda")
+    if (problem := device_problem(training_device(args.device))) is not None:
+        raise ValueError(f"--device {args.device}: {problem}; train on --device cpu")
     shortest = 2 * COPY_SPAN[0] + len(BLANK_LINE)  # the shortest copy row
     for role in roles:
         seq_len = SCHEDULES[args.preset][role].seq_len
@@ -466,18 +550,23 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     command = "python -m minispec train " + shlex.join(argv if argv is not None else sys.argv[1:])
     ranks = Ranks() if args.check_args else init_ranks()
     if ranks.writer:  # before the corpus loads: a run that cannot finish fails in a second
-        check_folders(out_dir, state_dir, roles, keep_state=args.resume or args.force)
+        check_folders(
+            out_dir, state_dir, roles, keep_state=args.resume or args.force, force=args.force
+        )
     if args.only == "draft" and not (out_dir / "target.safetensors").is_file():
         raise ValueError(
             f"--only draft distils from a trained target, and "
             f"{out_dir / 'target.safetensors'} does not exist: train it first"
         )
     if args.check_args:
+        check_corpus_ahead(args, state_dir, roles)
         return 0
     device = training_device(args.device)
     autocast = not args.fp32 and fast_bf16(device)
     corpus = load_corpus(args.corpus_root)
+    check_corpus(args, roles, (corpus.num_files, corpus.train.numel(), corpus.held_out.numel()))
     if ranks.writer:
+        list_written(out_dir, outputs(roles))  # before they are written (model/folders.py)
         print(
             f"corpus: {corpus.num_files} files, {corpus.train.numel():,} train / "
             f"{corpus.held_out.numel():,} "

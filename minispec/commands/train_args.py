@@ -17,7 +17,8 @@ progress to runs/<preset>/<role>.log.jsonl (and stdout); the finished models go 
 (float16 for the cpu preset to fit the 30 MB budget) with a loss curve. Writes are atomic, so
 Ctrl-C or a kill at any moment leaves the last state intact (a kill also leaves a temporary
 file, which the next run removes), and `--resume` continues it with any number of processes.
-A saved state is never overwritten silently: start over with `--force`.
+A saved state is never overwritten silently: start over with `--force`. Nor is a file in
+--out-dir that train did not write (a model of the user's): `--force` replaces it too.
 
 The flags are parsed here, before torch is imported, so that a wrong flag is one line at once;
 train.py does the training."""
@@ -29,6 +30,14 @@ from pathlib import Path
 
 from minispec.commands.args import OneLineParser, integer, real
 from minispec.commands.schedules import SCHEDULES
+
+
+def named_path(text: str) -> Path:
+    """An argparse type: a path. An empty one would be the current folder, which no one means
+    (an unset variable in a script, ARGS='--corpus-root $ROOT')."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; name a folder")
+    return Path(text)
 
 
 def parser() -> OneLineParser:
@@ -88,15 +97,15 @@ def parser() -> OneLineParser:
     )
     parser.add_argument(
         "--corpus-root",
-        type=Path,
+        type=named_path,
         help="read the corpus from this copy of a standard library instead of the running "
         "interpreter's (its fingerprint says whether it is the same corpus)",
     )
     parser.add_argument(
         "--check-args",
         action="store_true",
-        help="check the arguments and folders, then stop (make train NPROC=N does this once "
-        "before torchrun starts its processes)",
+        help="check the arguments, folders, corpus and saved state, then stop (make train "
+        "NPROC=N does this once before torchrun starts its processes)",
     )
     return parser
 
