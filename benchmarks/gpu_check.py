@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import io
 import json
 import statistics
@@ -33,6 +34,16 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+# make gpu-check runs the machine's own Python ($(PYTHON)), which may have no torch: then one
+# line, before the imports below fail with a traceback.
+if importlib.util.find_spec("torch") is None:
+    print(
+        f"gpu-check needs a Python with torch and CUDA: {sys.executable} has no torch "
+        "(name one: make gpu-check PYTHON=...)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 import torch
 

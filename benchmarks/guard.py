@@ -193,10 +193,41 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_reference(path: Path) -> dict | None:
+    """The kept reference, or None if there is none yet. ValueError naming the file for one
+    that is not JSON or not guard.json's shape, before minutes of measuring that could not be
+    compared with it."""
+    if not path.exists():
+        return None
+    try:
+        reference = json.loads(path.read_bytes())
+    except ValueError as error:  # JSONDecodeError, or UnicodeDecodeError: not text
+        problem = f"not valid JSON ({error})"
+    else:
+        if is_reference(reference):
+            return reference
+        problem = "not a speed guard reference"
+    raise ValueError(f"{path} is {problem}: delete it, and {COMMAND} makes a new one")
+
+
+def is_reference(data: object) -> bool:
+    """Whether `data` has what compare and mismatches read: settings, each with a speedup's
+    median, min and max, and a machine (if any) as a dict."""
+    if not isinstance(data, dict) or not isinstance(data.get("machine", {}), dict):
+        return False
+    settings = data.get("settings")
+    return isinstance(settings, dict) and all(
+        isinstance(row, dict)
+        and isinstance(row.get("speedup"), dict)
+        and all(isinstance(row["speedup"].get(k), (int, float)) for k in ("median", "min", "max"))
+        for row in settings.values()
+    )
+
+
 def main(argv: list[str]) -> int:
     args = guard_parser().parse_args(argv)
     path = Path(args.reference)
-    reference = json.loads(path.read_text()) if path.exists() else None
+    reference = read_reference(path)
     print(f"reference: {path if reference else 'none yet'}", flush=True)
     new = measure(args.pairs)
     lines = compare(reference, new)

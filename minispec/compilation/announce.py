@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import torch
 from torch.utils._pytree import tree_leaves
 
+from minispec.compilation import packages
 from minispec.compilation.cuda_graphs import CudaGraphs
 
 
@@ -88,8 +89,16 @@ class Announced:
             # The plain call inline: one frame less between the loop and the round.
             out = self.fn(*args, **kwargs)
         else:
-            with compiling(in_words(self.name, args, kwargs)):
-                out = self.fn(*args, **kwargs)
+            what = in_words(self.name, args, kwargs)
+            try:
+                with compiling(what):
+                    out = self.fn(*args, **kwargs)
+            except Exception as error:  # Inductor's, wrapping what its cache's writes raised
+                if (problem := packages.compile_cache_problem(error)) is None:
+                    raise
+                # The user's to fix, so one line (an OSError, as the front door prints it),
+                # not the compiler's traceback.
+                raise OSError(f"compiling {what}: {problem}") from None
             Announced.seen.add(key)
         if isinstance(self.fn, CudaGraphs):  # a new decoder captures its own graphs
             self.compiled_last = self.fn.compiled_last
@@ -98,10 +107,15 @@ class Announced:
 
 @contextmanager
 def compiling(what: str) -> Iterator[None]:
-    """The one line a foreground compile prints: what, then how long it took."""
+    """The one line a foreground compile prints: what, then how long it took, or that it
+    stopped (the line ends, so whatever is said next has a line of its own)."""
     print(f"  compiling {what} ...", end="", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    yield
+    try:
+        yield
+    except BaseException:
+        print(" stopped", file=sys.stderr, flush=True)
+        raise
     print(f" {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 

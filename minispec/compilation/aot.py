@@ -40,8 +40,11 @@ class AheadOfTime:
     while a separate process builds the package (builder.py); each later call checks for it
     (one stat) and the package takes over once it is there. A package that fails its check
     (check_package) is removed, rebuilt, and said so in one line; an unwritable folder is said
-    in one line too, and the calls then run eagerly. It announces its own compiles: it knows
-    whether a call built, loaded or ran eagerly."""
+    in one line too, and the calls then run eagerly. A full disk met while building a package
+    is such a folder in both modes, compile="aot" included: one line saying "no space left on
+    device", then eager calls (uncompiled, so not the bitwise-repeatable tier "aot" promises),
+    rather than an error that stops a decode the eager tier can finish. It announces its own
+    compiles: it knows whether a call built, loaded or ran eagerly."""
 
     def __init__(
         self,
@@ -93,12 +96,19 @@ class AheadOfTime:
     ) -> tuple[Callable, TreeSpec] | None:
         """The graph's package, loaded, or else compiled here and now (announced, timed)."""
         path = self.paths([*buffers.values(), *leaves], spec, kwargs)[0]
-        if path.exists() and (package := self.load(path)) is not None:
+        if packages.present(path) and (package := self.load(path)) is not None:
             return package
         if self.cannot_write():
             return None
-        with announce.compiling(announce.in_words(self.name, tree_unflatten(leaves, spec), kwargs)):
-            self.build(path, buffers, leaves, spec, kwargs)
+        what = announce.in_words(self.name, tree_unflatten(leaves, spec), kwargs)
+        try:
+            with announce.compiling(what):
+                self.build(path, buffers, leaves, spec, kwargs)
+        except Exception as error:  # Inductor wraps what its writer raised in its own error
+            if packages.no_space(error) is None:
+                raise
+            self.cache_off(packages.write_problem(error))
+            return None
         return self.load(path)
 
     def background_package(
@@ -110,7 +120,7 @@ class AheadOfTime:
         path = self.waiting.get(key)
         if path is None:
             path = self.waiting[key] = self.paths([*buffers.values(), *leaves], spec, kwargs)[0]
-        if path.exists():
+        if packages.present(path):
             package = self.load(path)
             if package is not None:
                 self.announce_ready(path, leaves, spec, kwargs)
@@ -125,19 +135,29 @@ class AheadOfTime:
     def failed_before(self, path: Path, leaves: list, spec: TreeSpec, kwargs: dict) -> bool:
         """Whether a builder already failed to build this package (the same name is the same
         code, so it would fail again): then one line says so and how to retry."""
-        marker = packages.failed_marker(path)
-        try:
-            reason = marker.read_text().strip()
-        except OSError:
+        reason = self.failure_noted(path)
+        if reason is None:
             return False
         what = announce.in_words(self.name, tree_unflatten(leaves, spec), kwargs)
         print(
             f"  compiling {what} failed in the background ({reason[:100]}; the folder's "
-            f"builder.log has the rest): running eagerly; delete {marker} to try again",
+            f"builder.log has the rest): running eagerly; delete "
+            f"{packages.failed_marker(path)} to try again",
             file=sys.stderr,
             flush=True,
         )
         return True
+
+    def failure_noted(self, path: Path) -> str | None:
+        """The builder's note that building `path` failed, or None. A marker the builder did
+        not write is said in one line and removed: its package is asked for again rather than
+        kept eager for good on the word of a file that says nothing."""
+        try:
+            return packages.read_marker(path)
+        except ValueError as error:
+            packages.clear(packages.failed_marker(path))
+            print(f"  {error}: removed, building its package again", file=sys.stderr, flush=True)
+            return None
 
     def request(self, buffers: dict, leaves: list, spec: TreeSpec, kwargs: dict) -> None:
         """Queue this graph and its siblings not yet on disk for the builder, with one line
@@ -152,7 +172,7 @@ class AheadOfTime:
         todo = [
             (p, kw)
             for p, kw in siblings
-            if not p.exists() and p not in self.requested and not packages.failed_marker(p).exists()
+            if not packages.present(p) and p not in self.requested and not self.failure_noted(p)
         ]
         if not todo:
             return
@@ -163,9 +183,7 @@ class AheadOfTime:
                 self.folder, self.fn, self.models, self.options, self.dynamic, args, todo
             )
         except OSError as error:
-            self.unwritable = error.strerror or str(error)
-            line = packages.cache_off_line(self.folder, self.unwritable)
-            print(line, file=sys.stderr, flush=True)
+            self.cache_off(packages.write_problem(error))
             return
         except ValueError as error:  # the builder's settings: no background compile, said once
             self.unwritable = str(error)
@@ -179,18 +197,23 @@ class AheadOfTime:
         """One line when a package this object asked for takes over: what, and how long the
         builder took."""
         if path in self.requested:
-            seconds = packages.read_manifest(path).get("seconds", 0.0)
+            seconds = packages.read_manifest(path).get("seconds")
+            # Read again after the check: another process may have replaced the manifest since.
+            took = f" in {seconds:.0f} s" if isinstance(seconds, (int, float)) else ""
             what = announce.in_words(self.name, tree_unflatten(leaves, spec), kwargs)
-            print(f"  {what}: compiled in {seconds:.0f} s, now in use", file=sys.stderr)
+            print(f"  {what}: compiled{took}, now in use", file=sys.stderr)
 
     def cannot_write(self) -> bool:
         """Whether the folder cannot be written (said once, in one line naming it)."""
-        if self.unwritable is None:
-            self.unwritable = packages.unwritable(self.folder)
-            if self.unwritable is not None:
-                line = packages.cache_off_line(self.folder, self.unwritable)
-                print(line, file=sys.stderr, flush=True)
+        if self.unwritable is None and (reason := packages.unwritable(self.folder)) is not None:
+            self.cache_off(reason)
         return self.unwritable is not None
+
+    def cache_off(self, reason: str) -> None:
+        """The folder cannot be written (`reason`): said in one line; every call runs eagerly
+        from now on."""
+        self.unwritable = reason
+        print(packages.cache_off_line(self.folder, reason), file=sys.stderr, flush=True)
 
     def buffers(self) -> dict[str, torch.Tensor]:
         """The models' buffers, the packages' first inputs. setup_cache replaces the KV cache

@@ -141,22 +141,28 @@ def build_request(request_path: Path) -> None:
         try:
             export.build_package(fn, models, options, dynamic, path, buffers, leaves, spec, kwargs)
         except Exception as error:  # a full disk, a compiler error: said once, not retried
-            line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            line = packages.no_space(error) or first  # not the zip writer's own words
             with suppress(OSError):  # on a full disk even this may not be written
                 packages.failed_marker(path).write_text(line + "\n")
             raise
         print(f"built {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def build_queue(folder: Path) -> None:
+def build_queue(folder: Path) -> bool:
     """Build the queued requests, oldest first, each removed once done. A request that fails
-    is logged and removed: the next run that needs its packages asks again."""
+    is logged and removed: the next run that needs its packages asks again. False if a request
+    cannot be removed: the builder then stops rather than take it again and again."""
     while requests := queued(folder):
         try:
             build_request(requests[0])
         except Exception:  # logged; the builder goes on with the next request
             traceback.print_exc()
-        requests[0].unlink(missing_ok=True)
+        packages.clear(requests[0])  # a folder in a request's place too
+        if packages.present(requests[0]):
+            print(f"stopped: {requests[0]} cannot be removed", flush=True)
+            return False
+    return True
 
 
 def main(argv: list[str]) -> int:
@@ -168,9 +174,9 @@ def main(argv: list[str]) -> int:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return 0
-            build_queue(folder)
+            emptied = build_queue(folder)
             fcntl.flock(lock, fcntl.LOCK_UN)
-            if not queued(folder):  # else a request came as the lock was let go
+            if not emptied or not queued(folder):  # else a request came as the lock was let go
                 return 0
 
 
@@ -179,7 +185,9 @@ def builder_niceness() -> int:
     since its tests wait for the build), else NICENESS. ValueError, naming the variable, for
     anything but a whole number from 0 to 19."""
     text = os.environ.get("MINISPEC_BUILDER_NICENESS", str(NICENESS))
-    if not text.strip().isdigit() or not 0 <= int(text) <= 19:
+    digits = text.strip()
+    # isdigit alone takes "²" and "①", which int() refuses with a message naming nothing.
+    if not (digits.isascii() and digits.isdigit()) or not 0 <= int(digits) <= 19:
         raise ValueError(f"MINISPEC_BUILDER_NICENESS={text!r} is not a whole number from 0 to 19")
     return int(text)
 
