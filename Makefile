@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
+.PHONY: help install decode lint test train train-head bench-head bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,13 @@ test: lint  ## ruff, then the test suite on WORKERS=2 processes (CPU, < 10 min c
 train: $(STAMP)  ## train the target, then the distilled draft (NPROC=N: N processes under torchrun)
 	$(if $(NPROC),@$(PY) -m minispec train --check-args $(ARGS))
 	$(if $(NPROC),$(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC),$(PY)) -m minispec train $(ARGS)
+
+# Resumable: the target's states are cached under runs/head, then the head trains on them.
+train-head: $(STAMP)  ## train the feature head on the shipped target (about 1 h on 2 cores)
+	$(PY) -m minispec train-head $(ARGS)
+
+bench-head: $(STAMP)  ## the feature head against the draft model, B = 1, held out -> results/head.md
+	$(PY) -m benchmarks.bench_head $(ARGS)
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
 	$(PY) -m benchmarks $(ARGS)

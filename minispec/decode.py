@@ -357,6 +357,7 @@ class SpeculativeDecoder:
                 warm_up,
                 target=self.target,
                 draft=self.draft,
+                head=self.head,
                 device=self.device,
             )
         else:

@@ -41,15 +41,30 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--force", action="store_true", help="replace an --out minispec did not write")
     return p
 
 
 def check_args(args: argparse.Namespace) -> None:
+    """ValueError naming the flag, before torch is imported."""
+    from minispec.commands.corpus import corpus_root, size_problem, split_sizes
+    from model.folders import unlisted
+
     for name in ("windows", "window", "steps", "batch_size", "depth", "width", "heads"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
     if not 0 < args.lr < 1:
         raise ValueError("--lr must be in (0, 1)")
+    if args.width % args.heads or (args.width // args.heads) % 2:
+        raise ValueError(f"--width {args.width} must split into --heads {args.heads} even heads")
+    if args.corpus_root is not None and not Path(args.corpus_root).is_dir():
+        raise ValueError(f"--corpus-root {args.corpus_root!r}: not a folder")
+    root = Path(args.corpus_root) if args.corpus_root else None
+    if problem := size_problem(*split_sizes(root), args.window):
+        raise ValueError(f"the corpus in {corpus_root(root)}: {problem}")
+    out = Path(args.out)
+    if not args.force and unlisted(out.parent, [out.name]):
+        raise ValueError(f"{out} was not written by minispec: pass --force to replace it")
 
 
 def cache_states(target, corpus, args, state_dir: Path):  # noqa: ANN001
@@ -112,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from minispec.commands.corpus import load_corpus
     from model.checkpoint import load_checkpoint, save_head
+    from model.folders import list_written
     from model.head import FeatureHead, HeadConfig
 
     if args.threads:
@@ -123,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     target, target_meta = load_checkpoint(target_path)
     target.requires_grad_(False)
     corpus = load_corpus(Path(args.corpus_root) if args.corpus_root else None)
+    source = f"{target_meta.get('sha256', '')} {corpus.fingerprint}"  # what a resume must match
     tokens, states = cache_states(target, corpus.train, args, state_dir)
 
     torch.manual_seed(args.seed)
@@ -139,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     step, resume = 0, state_dir / "train.pt"
     if resume.exists():
         saved = torch.load(resume)
+        if saved.get("source") not in (None, source):
+            print(f"minispec train-head: {resume} trains another target or corpus", file=sys.stderr)
+            return 2
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
         step = saved["step"]
@@ -187,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.eval_every == 0 or step == args.steps:
             record["held_out_alpha"] = evaluate()
             tmp = state_dir / "train.pt.tmp"
-            torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+            saved = {"head": head.state_dict(), "opt": opt.state_dict(), "step": step}
+            torch.save({**saved, "source": source}, tmp)
             tmp.replace(resume)
         log.write(json.dumps(record) + "\n")
         log.flush()
@@ -195,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(record), flush=True)
     final = evaluate()
     command = "python -m minispec train-head " + " ".join(argv or sys.argv[1:])
+    list_written(Path(args.out).parent, [Path(args.out).name])
     save_head(
         args.out,
         head,

@@ -172,18 +172,19 @@ class AdaptivePolicy:
         *,
         target: torch.nn.Module,
         draft: torch.nn.Module | None,
+        head: torch.nn.Module | None = None,
         device: torch.device | str = "cpu",
     ) -> AdaptivePolicy:
         """The policy of one generate() call, with its graph family's measurements (created on
-        first use in `families`, which the caller keeps across calls). target and draft: the
-        models, whose sizes price a width before it was timed (cost_ratio)."""
+        first use in `families`, which the caller keeps across calls). target, draft and head:
+        the models, whose sizes price a width before it was timed (cost_ratio)."""
         # A batch of greedy rows accepts far more often than a sampled one: its own prior,
         # though both run the same graphs.
         greedy = all(p.temperature == 0 for p in params)
         key = (spec.proposer, len(params), spec.draft_method, spec.rejection_sample_method, greedy)
         if key not in families:
-            drafts = PROPOSERS[spec.proposer].needs == "draft"
-            c = cost_ratio(target, draft) if drafts else 0.0
+            drafter = {"draft": draft, "head": head}.get(PROPOSERS[spec.proposer].needs)
+            c = cost_ratio(target, drafter) if drafter is not None else 0.0
             families[key] = FamilyMeasurements(RoundTimes(c))
         policy = cls(spec.adaptive, families[key], warm_up, device)
         if not warm_up:
