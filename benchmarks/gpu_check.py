@@ -11,7 +11,9 @@ writes results/gpu/check.md as it goes, so a run cut short still leaves what it 
    at K = 0, 4 and auto must give the same tokens. Where one differs, the CPU target's margin
    between its two best logits at that position is printed: a margin at float32 rounding is a
    near-tie the GPU's other summation order may flip, a larger one is a failure.
-2. Speed. B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto, interleaved
+1b. Draft steps: the feature head's and the draft model's one step over a target step.
+2. Speed. B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto (and at B = 1
+   the feature head's K = 4 and auto), interleaved
    (K = 0, 4, auto, then again), with tok/s, the round time, the CUDA graph captures per
    (B, K), and each speedup over its own K = 0 as median (min-max) over the rotations. The
    floor beside the round time: the captured round's replay alone, back to back.
@@ -47,11 +49,11 @@ if importlib.util.find_spec("torch") is None:
 
 import torch
 
-from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
+from minispec.api import DEFAULT_DRAFT, DEFAULT_HEAD, DEFAULT_TARGET
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from model import tokenizer
-from model.checkpoint import load_pair
+from model.checkpoint import load_head, load_pair
 
 REFERENCE = Path("results/gpu/reference.json")
 NEW_TOKENS = 64  # per prompt, greedy check
@@ -132,14 +134,22 @@ def check_greedy(report, reference, decoders, target_cpu) -> None:
     report.add()
 
 
-def run(decoder, prompts: list[list[int]], k, temperature: float, seed: int, warm_up=False):
+def run(
+    decoder,
+    prompts: list[list[int]],
+    k,
+    temperature: float,
+    seed: int,
+    warm_up=False,
+    proposer: str = "draft_model",
+):
     """One timed generate (or, warm_up, one round at every width K allows: their graphs)."""
     params = [
         SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=SPEED_NEW_TOKENS)
         for i in range(len(prompts))
     ]
     torch.cuda.synchronize()
-    spec = SpeculativeConfig(k, "auto")
+    spec = SpeculativeConfig(k, "auto", proposer=proposer)
     return decoder.generate(prompts, params, spec, warm_up=warm_up).stats
 
 
@@ -198,23 +208,31 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                     continue
                 if name == "eager" and batch > 16:
                     continue
-                widths = (0, 4) if name == "eager" or batch == 64 else (0, 4, "auto")
-                for k in widths:  # compile and capture before timing
-                    run(decoder, rows, k, temperature, 0, warm_up=True)
-                results = {k: [] for k in widths}
+                # (label, K, proposer): the draft model's, and at B = 1 the feature head's
+                widths = [(0, 0, "draft_model"), (4, 4, "draft_model")]
+                if name != "eager" and batch < 64:
+                    widths.append(("auto", "auto", "draft_model"))
+                if batch == 1 and decoder.head is not None:
+                    widths += [("head 4", 4, "feature_head"), ("head auto", "auto", "feature_head")]
+                for _, k, proposer in widths:  # compile and capture before timing
+                    run(decoder, rows, k, temperature, 0, True, proposer)
+                results = {label: [] for label, _, _ in widths}
                 rotations = 1 if name == "eager" else ROTATIONS
                 for r in range(rotations):
-                    for k in widths:
-                        results[k].append(run(decoder, rows, k, temperature, 1000 * (r + 1)))
+                    for label, k, proposer in widths:
+                        seed = 1000 * (r + 1)
+                        results[label].append(
+                            run(decoder, rows, k, temperature, seed, False, proposer)
+                        )
                 compiled = name == "compiled"
-                for k in widths:
+                for k, _, proposer in widths:
                     stats = results[k]
                     tok_s = statistics.median(s.tokens_per_second for s in stats)
                     ms = statistics.median(1000 * s.round_time for s in stats)
                     per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
                     ratios = [s.speedup_over(b) for s, b in zip(stats, results[0])]
                     floor = "-"
-                    if compiled and k != "auto":
+                    if compiled and isinstance(k, int):
                         floor = f"{replay_floor(decoder, batch, k):.3f}"
                     report.add(
                         f"| {name} | {batch} | {temperature:g} | {k} | {tok_s:.0f} | {ms:.2f} | "
@@ -222,6 +240,16 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                         f"{captures(decoder, batch) if compiled else '-'} |"
                     )
     report.add()
+
+
+def draft_steps(report, decoder) -> None:
+    """The head's and the draft model's one drafting step over the target's 1-token step,
+    compiled (captured) alone on the GPU: what c each proposer brings to Theorem 3.8."""
+    from benchmarks.bench_head import draft_step_ratios
+
+    report.add("## 1b. Draft steps over a target step (compiled, B = 1)\n")
+    c = draft_step_ratios(decoder, 50, True)
+    report.add(f"draft model {c['draft_model']:.3f}, feature head {c['feature_head']:.3f}\n")
 
 
 def law(report) -> None:
@@ -237,6 +265,15 @@ def law(report) -> None:
     if code:
         report.failures.append("minispec verify --device cuda")
     report.add()
+
+
+def cuda_decoder(args, compile) -> SpeculativeDecoder:
+    """The pair on CUDA, with the shipped feature head when the target is the shipped one."""
+    target, draft = load_pair(args.target, args.draft, "cuda")
+    head = None
+    if args.target == DEFAULT_TARGET and DEFAULT_HEAD.is_file():
+        head = load_head(DEFAULT_HEAD, target, "cuda")[0]
+    return SpeculativeDecoder(target, draft, compile=compile, head=head)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     # A pair each: a decoder that reallocates the KV caches for another batch size would
     # otherwise make the other recapture its graphs.
     decoders = [
-        (name, SpeculativeDecoder(*load_pair(args.target, args.draft, "cuda"), compile=mode))
-        for name, mode in (("eager", False), ("compiled", True))
+        (name, cuda_decoder(args, mode)) for name, mode in (("eager", False), ("compiled", True))
     ]
     check_greedy(report, reference, decoders, target_cpu)
+    if decoders[1][1].head is not None:
+        draft_steps(report, decoders[1][1])
     speed(report, decoders, reference["prompts"], (1,), deadline)
     law(report)
     speed(report, decoders, reference["prompts"], (16, 64), deadline)
