@@ -19,10 +19,25 @@ from minispec.commands.args import (
     thread_count,
     writable_folder,
 )
+from minispec.rules import PROPOSER_NAMES
 
 VLLM_PYTHON = ".venv-vllm/bin/python"  # the Python of the environment `make vllm-check` builds
 PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer", "vllm")
 OWN_REPORT = ("sampler", "peer", "vllm")  # sampler.md, peer.md, vllm/bench.md
+# The proposer table runs K = "auto", and a tree has a fixed depth: trees have a bench of their
+# own, make bench-tree (benchmarks/bench_tree.py).
+TABLE_PROPOSERS = tuple(name for name in PROPOSER_NAMES if name != "tree")
+
+
+def table_proposers(text: str) -> str:
+    """An argparse type: --proposers, a comma list of TABLE_PROPOSERS; tree is refused with
+    where trees are benched, not as an unknown name."""
+    if "tree" in (part.strip() for part in text.split(",")):
+        raise argparse.ArgumentTypeError(
+            "tree is not in the proposer table, which runs K = auto (a tree needs a fixed "
+            "depth): make bench-tree benches trees"
+        )
+    return choice_list(TABLE_PROPOSERS)(text)
 
 
 def bench_parser() -> OneLineParser:
@@ -47,9 +62,9 @@ def bench_parser() -> OneLineParser:
     )
     parser.add_argument(
         "--proposers",
-        type=comma_list(str),  # the names are the library's registry's: cli.py checks them
+        type=table_proposers,
         default="draft_model,ngram,suffix",
-        help="the proposer table's rows (part 3b): draft_model, ngram, suffix",
+        help="the proposer table's rows (part 3b), from " + ", ".join(TABLE_PROPOSERS),
     )
     parser.add_argument("--max-new-tokens", type=integer(1), default=128)
     parser.add_argument("--repeats", type=integer(1), default=5, help="A B pairs per row")
@@ -99,8 +114,8 @@ def bench_parser() -> OneLineParser:
 
 
 def parse_bench(parser: OneLineParser, argv: list[str] | None) -> argparse.Namespace:
-    """`minispec bench`'s flags, with every check but --proposers' (cli.py's: it needs the
-    library, which imports torch), and --quick's settings."""
+    """`minispec bench`'s flags, every check but the device's (cli.py's: it needs torch), and
+    --quick's settings."""
     args = parser.parse_args(argv)
     args.argv = list(argv or [])  # the command, for results/vllm/bench.md
     if args.quick:

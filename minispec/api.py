@@ -12,10 +12,11 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.checks import check_warm_up
+from minispec.checks import check_params, check_warm_up
 from minispec.decode import SpeculativeDecoder
 from minispec.devices import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int
+from minispec.rules import DEFAULT_TREE_BRANCHING, check_seed_count
 from minispec.stats import DecodeStats
 from model import tokenizer as byte_tokenizer
 from model.checkpoint import CheckpointError, load_head, load_pair
@@ -122,7 +123,7 @@ def generate(
     draft_sample_method: str = "auto",
     rejection_sample_method: str = "standard",
     proposer: str = "draft_model",
-    tree_branching: tuple[int, ...] = (2,),
+    tree_branching: tuple[int, ...] = DEFAULT_TREE_BRANCHING,
     warm_up: bool = False,
     temperature: float = 1.0,
     top_k: int = 0,
@@ -162,7 +163,12 @@ def generate(
         tree_branching=tree_branching,
     )
     check_decoder_and_callback(decoder, on_tokens)
-    check_warm_up(warm_up)  # before a decoder is loaded
+    # Before a decoder is loaded (seconds, for the shipped pair): the values need none. The
+    # decoder checks them again, with what only it knows (its proposers, its context).
+    check_warm_up(warm_up)
+    spec.validate()
+    for p in params:
+        p.validate()
     decoder = decoder or load_decoder()
     out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
     texts = [tokenizer.decode(ids) for ids in out.token_ids]
@@ -177,11 +183,7 @@ def shared_params(
     seeds = [None] * count
     if seed is not None:
         check_int("seed", seed, "an int or None")
-        if seed + count > 2**32:  # each request's seed + i must stay in range too
-            raise ValueError(
-                f"seed must be in [0, 2**32 - {count}] for "
-                f"{count} prompts (request i uses seed + i), got {seed}"
-            )
+        check_seed_count(seed, count)
         seeds = [seed + i for i in range(count)]
     return [SamplingParams(temperature, top_k, top_p, s, max_new_tokens) for s in seeds]
 
@@ -238,14 +240,3 @@ def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[in
             ) from None
         ids.append(tokenizer.encode(text))
     return ids
-
-
-def check_params(params: list[SamplingParams]) -> None:
-    """`params` must be a list of SamplingParams (one per prompt: SpeculativeDecoder.check)."""
-    if not isinstance(params, (list, tuple)):
-        raise TypeError(
-            f"params must be a list of SamplingParams or None, got {type(params).__name__}"
-        )
-    for i, p in enumerate(params):
-        if not isinstance(p, SamplingParams):
-            raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")

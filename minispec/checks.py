@@ -65,6 +65,10 @@ def check_request(
     what the decoder holds: a draft model and a suffix index for the proposers that need them,
     the target (its vocabulary), and the context in tokens. Passed one by one rather than as
     the decoder, so that the decoder imports this module and not the other way round."""
+    if not isinstance(spec, SpeculativeConfig):
+        raise TypeError(f"spec must be a SpeculativeConfig, got {type(spec).__name__}")
+    check_params(params)
+    check_prompt_lists(prompts)
     spec.validate()
     k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
     held = {"draft": draft, "suffix_index": suffix_index, "head": head}
@@ -95,6 +99,26 @@ def check_request(
                 f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
                 f"{p.max_new_tokens} + {drafts} {spec.verify_width} exceed the "
                 f"context of {context} tokens"
+            )
+
+
+def check_params(params: list[SamplingParams]) -> None:
+    """TypeError unless `params` is a list of SamplingParams (one per prompt: check_request)."""
+    if not isinstance(params, (list, tuple)):
+        raise TypeError(f"params must be a list of SamplingParams, got {type(params).__name__}")
+    for i, p in enumerate(params):
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"params[{i}] must be a SamplingParams, got {type(p).__name__}")
+
+
+def check_prompt_lists(prompts: list[list[int]]) -> None:
+    """TypeError unless `prompts` is a list of token id lists (their ids: check_request)."""
+    if not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"prompts must be a list of token id lists, got {type(prompts).__name__}")
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, (list, tuple)):
+            raise TypeError(
+                f"prompts[{i}] must be a list of token ids, got {type(prompt).__name__}"
             )
 
 

@@ -14,19 +14,17 @@ import torch
 
 from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import PROPOSERS  # the registry: its names are what `proposer` takes
+from minispec.rules import (  # the rules of the values, torch-free: `minispec decode` shares them
+    DEFAULT_TREE_BRANCHING,
+    DRAFT_SAMPLE_METHODS,
+    MAX_SPECULATIVE_TOKENS,
+    RANGES,
+    check_range,
+    check_tree,
+)
 from sampling.constraints import RowConstraints, normalize_params
 from sampling.rejection_args import REJECTION_SAMPLE_METHODS
-from sampling.tree import TREE_SAMPLE_METHODS, TreeShape, tree_shape
-
-# "greedy": every row drafts the draft model's argmax (a one-hot q), whatever its temperature.
-# "probabilistic": every row samples from its own filtered q, which for a row at T = 0 is one-hot
-# at the argmax, so such a row drafts greedily: the choice is made per row, inside the round.
-# "auto" (the default) is "probabilistic" under the name of what it does: greedy drafts at
-# T = 0, sampled ones at T > 0 (accepted far more often than argmax ones), in one graph for
-# every mix of temperatures.
-DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
-MAX_SPECULATIVE_TOKENS = 16  # beyond this alpha**K is negligible for any pair we ship
-MAX_TREE_NODES = 64  # a verify of more tokens costs several target steps on any device we run
+from sampling.tree import TreeShape, tree_shape
 
 
 def check_int(name: str, value, kind: str = "an int") -> None:
@@ -35,13 +33,21 @@ def check_int(name: str, value, kind: str = "an int") -> None:
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
 
 
-def check_real(name: str, value, rule: str) -> None:
+def check_real(name: str, value) -> None:
     """TypeError unless `value` is a real number (not a bool, not a str such as "0.5"); a NaN is
     named as such, since "got nan" beside a range reads as a value out of it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if math.isnan(value):
-        raise ValueError(f"{name} is NaN: it must be {rule}")
+        raise ValueError(f"{name} is NaN: it must be {RANGES[name][0]}")
+
+
+def check_branching(branching) -> None:
+    """TypeError unless `branching` (SpeculativeConfig.tree_branching) is a tuple of ints."""
+    if not isinstance(branching, tuple):
+        raise TypeError(f"tree_branching must be a tuple of ints, got {type(branching).__name__}")
+    for i, b in enumerate(branching):
+        check_int(f"tree_branching[{i}]", b)
 
 
 @dataclass(slots=True)
@@ -67,24 +73,17 @@ class SamplingParams:
 
     def validate(self) -> None:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
-        rule = "finite and >= 0 (0 means greedy)"
-        check_real("temperature", self.temperature, rule)
-        if not 0 <= self.temperature < math.inf:
-            raise ValueError(f"temperature must be {rule}, got {self.temperature}")
+        check_real("temperature", self.temperature)
+        check_range("temperature", self.temperature)
         check_int("top_k", self.top_k)
-        if not 0 <= self.top_k < 2**63:
-            raise ValueError(f"top_k must be in [0, 2**63) (0 means off), got {self.top_k}")
-        rule = "in (0, 1] (1 means off)"
-        check_real("top_p", self.top_p, rule)
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be {rule}, got {self.top_p}")
+        check_range("top_k", self.top_k)
+        check_real("top_p", self.top_p)
+        check_range("top_p", self.top_p)
         if self.seed is not None:
             check_int("seed", self.seed, "an int or None")
-            if not 0 <= self.seed < 2**32:
-                raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
+            check_range("seed", self.seed)
         check_int("max_new_tokens", self.max_new_tokens)
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check_range("max_new_tokens", self.max_new_tokens)
 
 
 @dataclass(slots=True)
@@ -101,20 +100,21 @@ class SpeculativeConfig:
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     # proposer "tree": the candidates each node gets at the first depths, deeper ones a chain;
     # K is the tree's depth. (2,) at K = 4: 2 candidates for the first token, 8 nodes in all.
-    tree_branching: tuple[int, ...] = (2,)
+    tree_branching: tuple[int, ...] = DEFAULT_TREE_BRANCHING
 
     def validate(self) -> None:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
+        if not isinstance(self.adaptive, AdaptiveConfig):
+            raise TypeError(
+                f"adaptive must be an AdaptiveConfig (minispec.policies.width_choice), got "
+                f"{type(self.adaptive).__name__}"
+            )
         k = self.num_speculative_tokens
         if isinstance(k, str) and k != "auto":  # a str is the one word "auto", as written
             raise ValueError(f"num_speculative_tokens must be 'auto' or an int, got {k!r}")
         if k != "auto":
             check_int("num_speculative_tokens", k)
-            if not 0 <= k <= MAX_SPECULATIVE_TOKENS:
-                raise ValueError(
-                    f"num_speculative_tokens must be 'auto' or an int in "
-                    f"[0, {MAX_SPECULATIVE_TOKENS}], got {k}"
-                )
+            check_range("num_speculative_tokens", k)
         elif max(self.adaptive.widths) > MAX_SPECULATIVE_TOKENS:
             raise ValueError(
                 f"adaptive widths must be at most {MAX_SPECULATIVE_TOKENS}, got "
@@ -132,33 +132,25 @@ class SpeculativeConfig:
                 raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(choices)}")
         if self.proposer == "tree":
             self.validate_tree()
+        else:  # its type still: a wrong one is refused, not ignored
+            check_branching(self.tree_branching)
 
     def validate_tree(self) -> None:
-        """The tree proposer's limits: a fixed depth, the token-wise rule, a bounded tree."""
-        k = self.num_speculative_tokens
-        if k == "auto":
-            raise ValueError("proposer 'tree' needs a fixed num_speculative_tokens (its depth)")
-        if self.rejection_sample_method not in TREE_SAMPLE_METHODS:
-            raise ValueError(
-                f"proposer 'tree' verifies with rejection_sample_method "
-                f"{' or '.join(map(repr, TREE_SAMPLE_METHODS))}, "
-                f"not {self.rejection_sample_method!r}"
-            )
-        branching = self.tree_branching
-        tree_shape(branching)  # ValueError for anything but a tuple of ints >= 1
-        if k and len(branching) > k:
-            raise ValueError(f"tree_branching {branching} is deeper than the tree's depth K = {k}")
-        if k and self.tree.num_nodes > MAX_TREE_NODES:
-            raise ValueError(
-                f"tree_branching {branching} at K = {k} has {self.tree.num_nodes} nodes; "
-                f"at most {MAX_TREE_NODES}"
-            )
+        """The tree proposer's limits (check_tree): a fixed depth, the token-wise rule, a tree
+        bounded by its node count, which is computed before any tree is built."""
+        check_branching(self.tree_branching)
+        check_tree(self.num_speculative_tokens, self.rejection_sample_method, self.tree_branching)
 
     @property
     def tree(self) -> TreeShape:
-        """The tree proposer's shape at depth K: tree_branching, then a chain."""
+        """The tree proposer's shape at depth K: tree_branching, then a chain. Its limits are
+        checked first, so that a tree too large to draft is refused before it is built."""
+        self.validate_tree()
         k = self.num_speculative_tokens
-        return tree_shape(tuple(self.tree_branching) + (1,) * (k - len(self.tree_branching)))
+        if not k:  # check_tree bounds a tree of depth K, and K = 0 drafts none
+            raise ValueError("num_speculative_tokens 0 drafts no tree")
+        branching = tuple(map(int, self.tree_branching))  # numpy ints too, as check_int takes
+        return tree_shape(branching + (1,) * (k - len(branching)))
 
     @property
     def verify_width(self) -> int:

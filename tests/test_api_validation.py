@@ -105,6 +105,57 @@ def test_each_misuse_is_one_error_naming_the_argument(kwargs: dict, error: type,
     expect_clear_error(info.value, [name])
 
 
+# SpeculativeDecoder.generate(prompts, params, spec): each argument of the wrong type, and each
+# SpeculativeConfig field that is not what it holds, is a TypeError naming it (issue 54: some
+# were AttributeErrors from deep inside).
+PROMPT, PARAMS = [[tokenizer.BOS_TOKEN_ID, 97]], [SamplingParams(max_new_tokens=2)]
+DECODER_MISUSES = [
+    ((PROMPT, PARAMS, "x"), "spec"),
+    ((PROMPT, PARAMS, None), "spec"),
+    ((PROMPT, "x", SpeculativeConfig(2)), "params"),
+    ((PROMPT, [None], SpeculativeConfig(2)), "params[0]"),
+    ((None, PARAMS, SpeculativeConfig(2)), "prompts"),
+    (("ab", PARAMS, SpeculativeConfig(2)), "prompts"),
+    ((["ab"], PARAMS, SpeculativeConfig(2)), "prompts[0]"),
+    ((PROMPT, PARAMS, SpeculativeConfig(adaptive="x")), "adaptive"),
+    ((PROMPT, PARAMS, SpeculativeConfig(2, adaptive=None)), "adaptive"),
+    ((PROMPT, PARAMS, SpeculativeConfig(2, tree_branching=2)), "tree_branching"),
+    ((PROMPT, PARAMS, SpeculativeConfig(2, tree_branching="2")), "tree_branching"),
+    ((PROMPT, PARAMS, SpeculativeConfig(2, proposer="tree", tree_branching=[2])), "tree_branching"),
+    (
+        (PROMPT, PARAMS, SpeculativeConfig(2, proposer="tree", tree_branching=(2.0,))),
+        "tree_branching",
+    ),
+]
+
+
+@pytest.mark.parametrize("args,name", DECODER_MISUSES)
+def test_each_decoder_misuse_is_a_type_error_naming_the_argument(args: tuple, name: str) -> None:
+    with pytest.raises(TypeError) as info:
+        decoder().generate(*args)
+    expect_clear_error(info.value, [name])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(proposer="tree", num_speculative_tokens=4, tree_branching=(2**70,)),
+        dict(temperature=-1),
+        dict(num_speculative_tokens=17),
+    ],
+)
+def test_bad_values_are_refused_before_the_shipped_pair_is_loaded(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict
+) -> None:
+    def load_decoder() -> None:
+        raise AssertionError("the shipped pair was loaded before the arguments were checked")
+
+    monkeypatch.setattr("minispec.api.load_decoder", load_decoder)
+    with pytest.raises(ValueError) as info:
+        minispec.generate(["hi"], **kwargs)
+    expect_clear_error(info.value, list(kwargs))
+
+
 def test_numpy_and_other_number_types_are_accepted() -> None:
     np = pytest.importorskip("numpy")
     out = minispec.generate(

@@ -89,6 +89,9 @@ BAD_INPUT = {
     "corrupt draft checkpoint": ({"draft": "junk"}, []),
     "unknown flag": ({}, ["--speculate-harder"]),
     "unknown device": ({}, ["--device", "abacus"]),
+    "tree branching without the tree proposer": ({}, ["--tree-branching", "2,2"]),
+    "a tree of 64**4 nodes": ({}, ["--proposer", "tree", "--tree-branching", "64,64,64,64"]),
+    "head checkpoint that is a folder": ({}, ["--head", "."]),
     # The default, compiled mode must validate before it starts (and announces) compiling.
     "negative temperature, compiled mode": ({"compile": True}, ["--temperature", "-1"]),
 }
@@ -175,3 +178,14 @@ def test_json_happy_path(subprocess_results: dict) -> None:
     assert stats["num_speculative_tokens"] == 2
     assert stats["emitted"] == sum(len(r["token_ids"]) for r in requests)
     assert stats["host_syncs_per_round"] == 1.0
+
+
+def test_the_tree_proposer_decodes_without_k(
+    files: dict[str, str], capsys: pytest.CaptureFixture
+) -> None:
+    """-k defaults to auto, which a tree cannot take (its depth is fixed): the command picks
+    the depth, 4 for the default branching, instead of refusing the default."""
+    code = main(decode_argv(files, "--proposer", "tree", "--json"))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["stats"]["num_speculative_tokens"] == 4

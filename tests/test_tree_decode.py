@@ -194,3 +194,49 @@ def test_verify_expects_the_exact_tree_figures() -> None:
     assert accept == pytest.approx(28943 / 32300) and law == pytest.approx(P)
     _, law = tree_law("without_replacement", "naive")
     assert abs(law - P).sum() > 0.1
+
+
+# ---- a tree's size, counted before it is built (issue 54) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "branching, k", [((2,), 4), ((2, 2), 2), ((3, 1, 2), 5), ((1,), 1), ((4, 4, 2), 3)]
+)
+def test_the_node_count_is_the_built_trees(branching: tuple[int, ...], k: int) -> None:
+    from minispec.rules import tree_nodes
+    from sampling.tree import tree_shape
+
+    built = tree_shape(branching + (1,) * (k - len(branching))).num_nodes
+    assert tree_nodes(branching, k, bound=10**6) == built == tree(k, branching).tree.num_nodes
+    assert tree_nodes(branching, k, bound=built - 1) > built - 1  # stops early, past the bound
+
+
+TOO_LARGE = [
+    (4, (2**70,), "more than 64 nodes"),  # a MemoryError after half a minute, when built
+    (5, (64,) * 5, "more than 64 nodes"),
+    (4, (64,) * 4, "more than 64 nodes"),
+    (2, (64,) * 6, "deeper than the tree's depth K = 2"),
+]
+
+
+@pytest.mark.parametrize("k, branching, fragment", TOO_LARGE)
+def test_a_tree_too_large_is_refused_before_it_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+    float64_decoder: SpeculativeDecoder,
+    k: int,
+    branching: tuple[int, ...],
+    fragment: str,
+) -> None:
+    def built(*args) -> None:
+        raise AssertionError("a tree was built before its size was checked")
+
+    monkeypatch.setattr("minispec.params.tree_shape", built)
+    spec = tree(k, branching)
+    for refusal in (
+        spec.validate,
+        lambda: spec.tree,
+        lambda: float64_decoder.generate([[1, 2]], seeded(1.0)[:1], spec),
+    ):
+        with pytest.raises(ValueError, match="tree_branching") as info:
+            refusal()
+        assert fragment in str(info.value)

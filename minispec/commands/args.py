@@ -4,8 +4,10 @@ A bad flag is one line on stderr that names the flag, and exit code 2, in every 
 are checked where they are parsed, by the `type=` of their flag: a number that cannot be
 represented (an int past torch's int64, a thread count no machine has) or makes no sense (NaN,
 a negative draw count) is reported against the flag, not as an overflow deep inside torch.
-Ranges that the library itself checks (K, top-k, top-p, ...) are left to the library, so that
-each rule lives in one place.
+
+The library's rules for a request's values (K, temperature, top-k, top-p, seed, the tree's
+size, the method names) are written once, in minispec/rules.py, which imports no torch: the API
+checks them there, and `minispec decode` by them while parsing its flags (`in_range`).
 
 Nothing here imports torch, and a command imports it only after parsing: a bad flag is one line
 at once, not after a second of start-up. The one check that needs torch (is this device here?)
@@ -21,6 +23,8 @@ import re
 import sys
 from pathlib import Path
 from typing import Callable
+
+from minispec.rules import check_range
 
 INT64_MAX = 2**63 - 1  # torch's widest integer: larger Python ints overflow when they reach it
 
@@ -172,3 +176,37 @@ def writable_file(text: str) -> str:
     if (problem := path_problem(text, folder=False)) is not None:
         raise argparse.ArgumentTypeError(problem)
     return text
+
+
+def checkpoint_path(folder_ok: bool) -> Callable[[str], str]:
+    """An argparse type: a checkpoint file that is there, or (`folder_ok`) a Hugging Face model
+    folder, which holds config.json. Checked where the flag is parsed, so that a misspelt path
+    or /dev/null is one line at once, not after torch's start-up."""
+
+    def parse(text: str) -> str:
+        path = Path(text)
+        if not path.exists():
+            raise argparse.ArgumentTypeError(f"not found: {text}")
+        if folder_ok and path.is_dir() and (path / "config.json").is_file():
+            return text
+        if not path.is_file():  # a folder without a model, a device, a pipe
+            folder = " or a model folder (with config.json)" if folder_ok else ""
+            raise argparse.ArgumentTypeError(f"{text} is not a regular file{folder}")
+        return text
+
+    return parse
+
+
+def in_range(name: str, parse: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: the value `parse` reads, refused unless it keeps the library's rule
+    for `name` (minispec/rules.py's RANGES)."""
+
+    def check(text: str) -> float:
+        value = parse(text)
+        try:
+            check_range(name, value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return check

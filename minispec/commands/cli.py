@@ -34,15 +34,25 @@ from minispec.commands.args import (
     THREADS_HELP,
     OneLineParser,
     check_device,
-    comma_list,
+    checkpoint_path,
     device_name,
     fail,
+    in_range,
     integer,
     real,
     thread_count,
 )
 from minispec.commands.front_door import run
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE, TARGET
+from minispec.rules import (
+    DEFAULT_TREE_BRANCHING,
+    DRAFT_SAMPLE_METHODS,
+    MAX_TREE_NODES,
+    PROPOSER_NAMES,
+    REJECTION_SAMPLE_METHOD_NAMES,
+    check_seed_count,
+    check_tree,
+)
 from model import tokenizer as byte_tokenizer
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
 
@@ -53,8 +63,11 @@ COLOURS = {ACCEPTED: "\033[32m", CORRECTIVE: "\033[33m", BONUS: "\033[36m", TARG
 RESET = "\033[0m"
 
 
+AUTO_TREE_DEPTH = 4  # --proposer tree without -k: at least this deep (the flag's help)
+
+
 def speculative_tokens(text: str) -> int | str:
-    """-k: "auto" (in any case: AUTO means nothing else) or an int >= 0."""
+    """-k: "auto" (in any case: AUTO means nothing else) or an int in the library's range."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
@@ -62,7 +75,13 @@ def speculative_tokens(text: str) -> int | str:
     except ValueError:
         message = f"expected auto or an integer >= 0, got {text!r}"
         raise argparse.ArgumentTypeError(message) from None
-    return integer(0)(text)
+    return in_range("num_speculative_tokens", integer())(text)
+
+
+def tree_branching(text: str) -> tuple[int, ...]:
+    """--tree-branching: a comma list of candidate counts, each in [1, MAX_TREE_NODES] (the
+    tree as a whole is check_tree's, once -k is known)."""
+    return tuple(integer(1, MAX_TREE_NODES)(part.strip()) for part in text.split(","))
 
 
 def decode_parser() -> argparse.ArgumentParser:
@@ -77,10 +96,12 @@ def decode_parser() -> argparse.ArgumentParser:
         "--num-speculative-tokens",
         type=speculative_tokens,
         default="auto",
-        help="K drafts per round; 0 = target only; auto = chosen each round",
+        help="K drafts per round; 0 = target only; auto = chosen each round (with --proposer "
+        "tree: the tree's depth, which auto fixes as --tree-branching says)",
     )
     p.add_argument(
         "--proposer",
+        choices=PROPOSER_NAMES,
         default="draft_model",
         help="draft_model, feature_head (a head drafting from the target's own states), ngram "
         "(prompt lookup), suffix (an index over the training corpus) or tree (the draft model "
@@ -88,36 +109,42 @@ def decode_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tree-branching",
-        type=comma_list(integer(1, 64)),
-        default="2",
-        help="with --proposer tree: the candidates each node gets at the first depths, deeper "
-        "ones a chain (default 2: two candidates for the first token)",
+        type=tree_branching,
+        default=None,
+        help="with --proposer tree only: the candidates each node gets at the first depths, "
+        "deeper ones a chain (default 2: two candidates for the first token); at most "
+        f"{MAX_TREE_NODES} nodes in all. Without -k (or with -k auto) the tree is as deep "
+        f"as the branching is long, and at least {AUTO_TREE_DEPTH} deep",
     )
     p.add_argument(
         "--draft-sample-method",
+        choices=DRAFT_SAMPLE_METHODS,
         default="auto",
         help="greedy (every row drafts the argmax: a one-hot q), probabilistic (every row samples "
         "its q, one-hot at T = 0) or auto (as probabilistic: greedy drafts at T = 0, per row)",
     )
     p.add_argument(
         "--rejection-sample-method",
+        choices=REJECTION_SAMPLE_METHOD_NAMES,
         default="standard",
         help="standard (the default: exact, token-wise), block (exact, judges the drafts as "
         "a block), drafter_invariant (exact, and a seed gives the -k 0 text whatever "
         "-k, proposer or batch, for a few percent fewer tokens per round) or naive (biased)",
     )
-    p.add_argument("--temperature", type=real(), default=1.0, help="0 = greedy")
-    p.add_argument("--top-k", type=integer(), default=0, help="0 = off")
-    p.add_argument("--top-p", type=real(), default=1.0, help="1.0 = off")
+    p.add_argument(
+        "--temperature", type=in_range("temperature", real()), default=1.0, help="0 = greedy"
+    )
+    p.add_argument("--top-k", type=in_range("top_k", integer()), default=0, help="0 = off")
+    p.add_argument("--top-p", type=in_range("top_p", real()), default=1.0, help="1.0 = off")
     p.add_argument(
         "--seed",
-        type=integer(),
+        type=in_range("seed", integer()),
         default=0,
         help="request i uses seed + i. Under drafter_invariant a seed fixes the text (the -k 0 "
         "text, for any -k, --proposer or batch); under standard and block, only for a fixed -k "
         "(-k auto follows measured round times)",
     )
-    p.add_argument("--max-new-tokens", type=integer(), default=200)
+    p.add_argument("--max-new-tokens", type=in_range("max_new_tokens", integer()), default=200)
     p.add_argument(
         "--compare", action="store_true", help="also run K = 0 and print the measured speedup"
     )
@@ -136,13 +163,20 @@ def decode_parser() -> argparse.ArgumentParser:
         "torch.compile each round graph (Dynamo traces it again in every process)",
     )
     p.add_argument(
-        "--target", default=None, help="target checkpoint (default: checkpoints/target.safetensors)"
+        "--target",
+        type=checkpoint_path(folder_ok=True),
+        default=None,
+        help="target checkpoint or model folder (default: checkpoints/target.safetensors)",
     )
     p.add_argument(
-        "--draft", default=None, help="draft checkpoint (default: checkpoints/draft.safetensors)"
+        "--draft",
+        type=checkpoint_path(folder_ok=True),
+        default=None,
+        help="draft checkpoint or model folder (default: checkpoints/draft.safetensors)",
     )
     p.add_argument(
         "--head",
+        type=checkpoint_path(folder_ok=False),
         default=None,
         help="feature head checkpoint for --proposer feature_head (default: "
         "checkpoints/head.safetensors, with the shipped target)",
@@ -220,9 +254,33 @@ def json_safe(value):
     return value
 
 
+def check_across_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The rules that join flags, by the library's own checks and before torch is imported:
+    --tree-branching only with the tree proposer, whose depth -k auto chooses here (the
+    branching's length, at least AUTO_TREE_DEPTH) and whose size is counted, not built; and
+    a seed per prompt."""
+    if args.proposer != "tree" and args.tree_branching is not None:
+        parser.error(f"argument --tree-branching: only with --proposer tree, not {args.proposer}")
+    if args.proposer == "tree":
+        args.tree_branching = args.tree_branching or DEFAULT_TREE_BRANCHING
+        if args.num_speculative_tokens == "auto":  # a tree has a fixed depth
+            args.num_speculative_tokens = max(len(args.tree_branching), AUTO_TREE_DEPTH)
+        try:
+            check_tree(
+                args.num_speculative_tokens, args.rejection_sample_method, args.tree_branching
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+    try:
+        check_seed_count(args.seed, len(args.prompt or [DEFAULT_PROMPT]))
+    except ValueError as exc:
+        parser.error(f"argument --seed: {exc}")
+
+
 def run_decode(argv: list[str]) -> int:
     parser = decode_parser()
     args = parser.parse_args(argv)
+    check_across_flags(parser, args)
     check_device(parser, args.device)  # the one check that needs torch: after every other one
     import torch  # deferred: --help and argument errors stay instant
 
@@ -245,7 +303,7 @@ def run_decode(argv: list[str]) -> int:
     kwargs = dict(
         num_speculative_tokens=args.num_speculative_tokens,
         proposer=args.proposer,
-        tree_branching=tuple(map(int, args.tree_branching.split(","))),
+        **({"tree_branching": args.tree_branching} if args.tree_branching else {}),
         draft_sample_method=args.draft_sample_method,
         rejection_sample_method=args.rejection_sample_method,
         temperature=args.temperature,

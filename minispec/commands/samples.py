@@ -29,7 +29,7 @@ def parsed_fraction(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minispec.commands.args import OneLineParser, integer
+    from minispec.commands.args import OneLineParser, checkpoint_path, in_range, integer
     from minispec.commands.cli import DEFAULT_PROMPT
 
     parser = OneLineParser(
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--n", type=integer(1), default=20, help="number of samples (seeds 0..n-1)")
-    parser.add_argument("--max-new-tokens", type=integer(), default=200)
-    parser.add_argument("--target", default=None)
-    parser.add_argument("--draft", default=None)
+    parser.add_argument("--max-new-tokens", type=in_range("max_new_tokens", integer()), default=200)
+    parser.add_argument("--target", type=checkpoint_path(folder_ok=True), default=None)
+    parser.add_argument("--draft", type=checkpoint_path(folder_ok=True), default=None)
     args = parser.parse_args(argv)
     import minispec
     from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
