@@ -19,22 +19,22 @@ from minispec.commands.args import (
     thread_count,
     writable_folder,
 )
-from minispec.rules import PROPOSER_NAMES
+from minispec.rules import PROPOSER_NAMES, TREE_PROPOSERS
 
 VLLM_PYTHON = ".venv-vllm/bin/python"  # the Python of the environment `make vllm-check` builds
 PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer", "vllm")
 OWN_REPORT = ("sampler", "peer", "vllm")  # sampler.md, peer.md, vllm/bench.md
 # The proposer table runs K = "auto", and a tree has a fixed depth: trees have a bench of their
 # own, make bench-tree (benchmarks/bench_tree.py).
-TABLE_PROPOSERS = tuple(name for name in PROPOSER_NAMES if name != "tree")
+TABLE_PROPOSERS = tuple(name for name in PROPOSER_NAMES if name not in TREE_PROPOSERS)
 
 
 def table_proposers(text: str) -> str:
     """An argparse type: --proposers, a comma list of TABLE_PROPOSERS; tree is refused with
     where trees are benched, not as an unknown name."""
-    if "tree" in (part.strip() for part in text.split(",")):
+    if set(TREE_PROPOSERS) & {part.strip() for part in text.split(",")}:
         raise argparse.ArgumentTypeError(
-            "tree is not in the proposer table, which runs K = auto (a tree needs a fixed "
+            "trees are not in the proposer table, which runs K = auto (a tree needs a fixed "
             "depth): make bench-tree benches trees"
         )
     return choice_list(TABLE_PROPOSERS)(text)

@@ -8,6 +8,7 @@ import numbers
 
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.proposers import PROPOSERS, SuffixIndex
+from minispec.rules import TREE_PROPOSERS
 from model.gpt import GPT
 from model.tokenizer import BOS_TOKEN_ID, VOCAB_SIZE
 
@@ -94,7 +95,7 @@ def check_request(
                 f"model.tokenizer.encode, which puts BOS first"
             )
         if len(prompt) + p.max_new_tokens + spec.verify_width > context:
-            drafts = "tree nodes" if spec.proposer == "tree" else "num_speculative_tokens"
+            drafts = "tree nodes" if spec.proposer in TREE_PROPOSERS else "num_speculative_tokens"
             raise ValueError(
                 f"prompt {i}: {len(prompt)} prompt tokens + max_new_tokens "
                 f"{p.max_new_tokens} + {drafts} {spec.verify_width} exceed the "

@@ -43,6 +43,7 @@ from minispec.proposers import (
     TreeProposer,
 )
 from minispec.round import RoundState, speculative_round
+from minispec.rules import TREE_PROPOSERS
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
 from minispec.threads import prefill_threads
@@ -58,7 +59,7 @@ from sampling.constraints import RowConstraints
 KV_BUCKET = 64
 # The round function each proposer runs: speculative_round unless it has one of its own (of the
 # same signature).
-ROUNDS = {"tree": tree_round}
+ROUNDS = dict.fromkeys(TREE_PROPOSERS, tree_round)
 
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
 
@@ -367,7 +368,7 @@ class SpeculativeDecoder:
         proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
         uses_draft = PROPOSERS[spec.proposer].needs == "draft"
         in_round = None if isinstance(proposer, HostProposer) else proposer
-        tree = spec.proposer == "tree" and widest
+        tree = spec.proposer in TREE_PROPOSERS and widest
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
         loop = self.prefill(prompts, params, widest, in_round if widest else None)

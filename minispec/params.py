@@ -19,6 +19,7 @@ from minispec.rules import (  # the rules of the values, torch-free: `minispec d
     DRAFT_SAMPLE_METHODS,
     MAX_SPECULATIVE_TOKENS,
     RANGES,
+    TREE_PROPOSERS,
     check_range,
     check_tree,
 )
@@ -130,7 +131,7 @@ class SpeculativeConfig:
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose from {', '.join(choices)}")
-        if self.proposer == "tree":
+        if self.proposer in TREE_PROPOSERS:
             self.validate_tree()
         else:  # its type still: a wrong one is refused, not ignored
             check_branching(self.tree_branching)
@@ -157,7 +158,7 @@ class SpeculativeConfig:
         """The most tokens past a row's last one a round writes to the caches: K, or the tree's
         node count."""
         widest = max(self.widths)
-        return self.tree.num_nodes if self.proposer == "tree" and widest else widest
+        return self.tree.num_nodes if self.proposer in TREE_PROPOSERS and widest else widest
 
     @property
     def draft_method(self) -> str:

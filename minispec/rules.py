@@ -31,7 +31,9 @@ DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
 # and minispec/proposers/'s PROPOSERS.
 REJECTION_SAMPLE_METHOD_NAMES = ("standard", "block", "drafter_invariant", "naive")
 TREE_SAMPLE_METHOD_NAMES = ("standard", "naive")
-PROPOSER_NAMES = ("draft_model", "feature_head", "ngram", "suffix", "tree")
+PROPOSER_NAMES = ("draft_model", "feature_head", "head_tree", "ngram", "suffix", "tree")
+# The proposers that draft a tree (minispec/tree_round.py's round): the draft model's, the head's
+TREE_PROPOSERS = ("tree", "head_tree")
 
 # name -> (the rule in words, whether a number keeps it; a NaN keeps none)
 RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
@@ -80,16 +82,16 @@ def tree_nodes(branching: tuple[int, ...], depth: int, bound: int) -> int:
 
 
 def check_tree(num_speculative_tokens: int | str, rejection_sample_method: str, branching) -> None:
-    """proposer "tree"'s rules, ValueError naming the argument: a fixed depth K, a rule that
+    """The tree proposers' rules, ValueError naming the argument: a fixed depth K, a rule that
     verifies trees, at least one candidate per node, a branching no deeper than K, and at most
     MAX_TREE_NODES nodes, counted before any tree is built. The types are the caller's to check
     (K an int or "auto", the branching a tuple of ints)."""
     k = num_speculative_tokens
     if k == "auto":
-        raise ValueError("proposer 'tree' needs a fixed num_speculative_tokens (its depth)")
+        raise ValueError("a tree proposer needs a fixed num_speculative_tokens (its depth)")
     if rejection_sample_method not in TREE_SAMPLE_METHOD_NAMES:
         raise ValueError(
-            f"proposer 'tree' verifies with rejection_sample_method "
+            f"a tree proposer verifies with rejection_sample_method "
             f"{' or '.join(map(repr, TREE_SAMPLE_METHOD_NAMES))}, not {rejection_sample_method!r}"
         )
     if not branching or min(branching) < 1:

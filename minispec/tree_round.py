@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from minispec.proposers import DraftSampling, TreeProposer
-from minispec.proposers.tree import tree_forward
+from minispec.proposers import DraftSampling, FeatureHeadTreeProposer, TreeProposer
+from minispec.proposers.tree import tree_layout
 from minispec.rng import round_noise
 from minispec.round import RoundState
 from minispec.state import LoopState, advance, alpha_statistics
@@ -67,7 +67,7 @@ def path_acceptance(
 
 def tree_round(
     target: GPT,
-    proposer: TreeProposer,
+    proposer: TreeProposer | FeatureHeadTreeProposer,
     carried: RoundState,
     constraints: RowConstraints,
     host_proposal=None,
@@ -92,7 +92,9 @@ def tree_round(
     last = state.tokens.gather(1, state.seq_len[:, None] - 1)
     tokens = torch.cat([last, proposal.draft_token_ids], 1)
     nodes = list(range(tree.num_nodes + 1))
-    target_logits = tree_forward(target, tokens, state.seq_len, tree, nodes, key_positions)
+    layout = tree_layout(state.seq_len, tree, nodes, target.config.max_seq_len, key_positions)
+    hidden = target.hidden(tokens, **layout)
+    target_logits = target.logits(hidden)
     output = tree_rejection_sample(
         target_logits,
         proposal.draft_token_ids,
@@ -105,13 +107,23 @@ def tree_round(
         compiled=False,
         check_values=False,
     )
-    move_accepted_path([target, proposer.model], state, tree, output)
+    # The draft model's cache holds the tree too; a head's is rewritten by follow_target.
+    drafter = [proposer.model] if isinstance(proposer, TreeProposer) else []
+    move_accepted_path([target, *drafter], state, tree, output)
     beta = path_acceptance(
         target_logits, proposal.draft_probs, proposal.draft_token_ids, tree, output, constraints
     )
     depth = torch.full_like(state.seq_len, tree.max_depth)
     alpha_stats = alpha_statistics(state, output.num_accepted, depth, beta)
+    before = state
     state, snapshot = advance(
         state, output.token_ids, output.num_accepted, depth, alpha_stats, eos_token_id
     )
+    if getattr(proposer, "reads_hidden", False):  # the round's hook, along the accepted path
+        path = torch.cat([torch.zeros_like(output.path[:, :1]), output.path], 1)  # root first
+        states = hidden.gather(1, path[..., None].expand(-1, -1, hidden.shape[-1]))
+        followed = proposer.follow_target(
+            before, states, output.token_ids, output.num_accepted, key_positions
+        )
+        state = state._replace(proposer_state=followed)
     return RoundState(state, carried.adaptive_state), snapshot

@@ -107,15 +107,21 @@ class FeatureHead(nn.Module):
         tokens: torch.Tensor,
         positions: torch.Tensor,
         key_positions: torch.Tensor | None = None,
+        *,
+        slots: torch.Tensor | None = None,
+        visible: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Guessed next states [B, T, C] from states [B, T, C] and next tokens [B, T] at
         positions [B, T], through the head's cache (the target's masking by position: a
-        rejected entry is invisible until rewritten)."""
+        rejected entry is invisible until rewritten). `slots` and `visible` place tokens that
+        are not one sequence (a tree), as for GPT.hidden."""
         if key_positions is None:
             key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
-        mask = (key_positions[None, None, :] <= positions[:, :, None])[:, None]
+        if visible is None:
+            visible = key_positions[None, None, :] <= positions[:, :, None]
         cos, sin = self.rope_at(positions)
-        x = self.block(self.inputs(target, states, tokens), cos, sin, positions, mask)
+        x = self.inputs(target, states, tokens)
+        x = self.block(x, cos, sin, positions if slots is None else slots, visible[:, None])
         return self.out(self.out_norm(x))
 
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -173,6 +173,7 @@ PROPOSER_CASES = [
     ("suffix", "standard"),
     ("feature_head", "standard"),
     ("feature_head", "block"),
+    ("head_tree", "standard"),
 ]
 AUTO_RULES = ("standard", "block")  # the rules a T = 0 and a T = 1 row are run by under "auto"
 # + the mixed-temperature batch, the adaptive-K test and a newly registered proposer

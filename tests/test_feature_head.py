@@ -25,6 +25,7 @@ from minispec.proposers import DraftSampling
 from minispec.rng import round_noise
 from minispec.round import RoundState, speculative_round
 from sampling.constraints import distribution
+from sampling.tree import tree_shape
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -125,6 +126,44 @@ def test_after_rounds_the_guess_is_read_from_true_states() -> None:
         torch.testing.assert_close(loop.proposer_state[b], expected, atol=1e-5, rtol=1e-5)
 
 
+@torch.no_grad()
+def test_each_tree_node_drafts_from_the_guess_along_its_own_path() -> None:
+    """--proposer head_tree: the q of each family's first child is the filtered law of a
+    cache-free recomputation of the head's guess along the family's root-to-parent path (a
+    node that saw a sibling's or a cousin's entry, or missed its own, would differ)."""
+    target, head = pair_and_head()
+    decoder = SpeculativeDecoder(target, compile=False, head=head)
+    proposer, _ = decoder.compiled_round("head_tree")
+    tree = tree_shape((2, 2, 1))  # depth 3, 2 + 4 + 4 = 10 nodes
+    state = decoder.prefill(PROMPTS, PARAMS, tree.max_depth, proposer)
+    constraints = row_constraints(PARAMS, torch.device("cpu"))
+    noise = round_noise(state.seeds, state.seq_len, tree.num_nodes, VOCAB)
+    sampling = DraftSampling(constraints, noise.draft, "probabilistic")
+    proposal = proposer.propose(state, tree, sampling)
+    ids, checked = proposal.draft_token_ids, 0
+    for parent in range(tree.num_nodes + 1):
+        children = tree.children(parent)
+        if not children:
+            continue
+        path = []  # the parent's ancestors below the root, then the parent: node ids
+        node = parent
+        while node:
+            path.insert(0, node)
+            node = tree.parent[node]
+        logits = []
+        for b, prompt in enumerate(PROMPTS):
+            extra, guess = [], reference_guess(target, head, prompt)
+            for node in path:
+                extra.append((guess, int(ids[b, node - 1])))
+                guess = reference_guess(target, head, prompt, extra)
+            logits.append(target.logits(guess))
+        expected = distribution(torch.stack(logits), constraints)
+        got = proposal.draft_probs[:, children[0] - 1]
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        checked += 1
+    assert checked == 1 + 2 + 4  # the root and every node above the last depth
+
+
 @pytest.mark.parametrize("eos", [None, 5])
 def test_greedy_head_output_is_the_target_only_output(eos: int | None) -> None:
     """float64, where the verify forward's rounding cannot flip a tie."""
@@ -135,8 +174,8 @@ def test_greedy_head_output_is_the_target_only_output(eos: int | None) -> None:
     baseline = decoder.generate(prompts, params(), SpeculativeConfig(0)).token_ids
     if eos is not None:
         assert any(eos in row and row[-1] == eos for row in baseline)  # a row stops at EOS
-    for k in (1, 3):
-        spec = SpeculativeConfig(k, "auto", proposer="feature_head")
+    for k, proposer in ((1, "feature_head"), (3, "feature_head"), (3, "head_tree")):
+        spec = SpeculativeConfig(k, "auto", proposer=proposer)
         out = decoder.generate(prompts, params(), spec)
-        assert out.token_ids == baseline, k
-        assert 0 < out.stats.accepted < out.stats.drafted, k
+        assert out.token_ids == baseline, (k, proposer)
+        assert 0 < out.stats.accepted < out.stats.drafted, (k, proposer)

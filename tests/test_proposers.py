@@ -235,6 +235,7 @@ def test_the_registry_builds_each_proposer_from_what_the_decoder_holds() -> None
     assert {n: e.needs for n, e in PROPOSERS.items()} == {
         "draft_model": "draft",
         "feature_head": "head",
+        "head_tree": "head",
         "ngram": None,
         "suffix": "suffix_index",
         "tree": "draft",

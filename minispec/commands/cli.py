@@ -50,6 +50,7 @@ from minispec.rules import (
     MAX_TREE_NODES,
     PROPOSER_NAMES,
     REJECTION_SAMPLE_METHOD_NAMES,
+    TREE_PROPOSERS,
     check_seed_count,
     check_tree,
 )
@@ -259,9 +260,13 @@ def check_across_flags(parser: argparse.ArgumentParser, args: argparse.Namespace
     --tree-branching only with the tree proposer, whose depth -k auto chooses here (the
     branching's length, at least AUTO_TREE_DEPTH) and whose size is counted, not built; and
     a seed per prompt."""
-    if args.proposer != "tree" and args.tree_branching is not None:
-        parser.error(f"argument --tree-branching: only with --proposer tree, not {args.proposer}")
-    if args.proposer == "tree":
+    tree = args.proposer in TREE_PROPOSERS
+    if not tree and args.tree_branching is not None:
+        parser.error(
+            f"argument --tree-branching: only with --proposer tree or head_tree, not "
+            f"{args.proposer}"
+        )
+    if tree:
         args.tree_branching = args.tree_branching or DEFAULT_TREE_BRANCHING
         if args.num_speculative_tokens == "auto":  # a tree has a fixed depth
             args.num_speculative_tokens = max(len(args.tree_branching), AUTO_TREE_DEPTH)

@@ -7,7 +7,8 @@
 - ``SuffixProposer``: the longest match of the recent context in a corpus (``SuffixIndex``), the
   most frequent continuation; looked up on the host, between rounds.
 - ``FeatureHeadProposer``: a small head drafts from the target's own final states (EAGLE,
-  feature_head.py): the first proposer to use the round's `follow_target` hook.
+  feature_head.py): the first proposer to use the round's `follow_target` hook;
+  ``FeatureHeadTreeProposer`` drafts a tree with it.
 
 PROPOSERS is the one registry: a name (what `SpeculativeConfig.proposer` and `--proposer`
 take) and how to build the proposer from what the decoder holds (`Held`). A new proposer is a
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from minispec.proposers.draft_model import DraftModelProposer
-from minispec.proposers.feature_head import FeatureHeadProposer
+from minispec.proposers.feature_head import FeatureHeadProposer, FeatureHeadTreeProposer
 from minispec.proposers.ngram import NgramProposer, ngram_propose
 from minispec.proposers.proposal import DraftSampling, HostProposer, Proposal, Proposer
 from minispec.proposers.suffix import SuffixIndex, SuffixProposer
@@ -52,6 +53,9 @@ PROPOSERS: dict[str, Registered] = {
     "feature_head": Registered(
         lambda held: FeatureHeadProposer(held.target, held.head), needs="head"
     ),
+    "head_tree": Registered(
+        lambda held: FeatureHeadTreeProposer(held.target, held.head), needs="head"
+    ),
     "ngram": Registered(lambda held: NgramProposer()),
     "suffix": Registered(lambda held: SuffixProposer(held.suffix_index), needs="suffix_index"),
     "tree": Registered(lambda held: TreeProposer(held.draft), needs="draft"),
@@ -62,6 +66,7 @@ __all__ = [
     "DraftModelProposer",
     "DraftSampling",
     "FeatureHeadProposer",
+    "FeatureHeadTreeProposer",
     "Held",
     "HostProposer",
     "NgramProposer",

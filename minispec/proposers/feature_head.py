@@ -18,9 +18,11 @@ import torch
 
 from minispec.proposers.draft_model import draw
 from minispec.proposers.proposal import DraftSampling, Proposal
+from minispec.proposers.tree import TreeProposer, tree_layout
 from minispec.state import LoopState
 from model.gpt import GPT
 from model.head import FeatureHead
+from sampling.tree import TreeShape
 
 
 class FeatureHeadProposer:
@@ -88,3 +90,38 @@ class FeatureHeadProposer:
         guesses = self.head(self.target, hidden, tokens, positions, key_positions)
         index = num_accepted[:, None, None].expand(-1, 1, guesses.shape[-1])
         return guesses.gather(1, index)[:, 0]
+
+
+class FeatureHeadTreeProposer(FeatureHeadProposer):
+    """The head drafting a tree (`--proposer head_tree`): the tree proposer's shape and draws
+    (minispec/proposers/tree.py: siblings without replacement, each with its own exact q), the
+    root's children from g, then one head step per depth over all of its nodes, each from its
+    parent's guess. The head's cache takes the target's tree layout one slot earlier: its root
+    entry is the one follow_target wrote at the row's second-to-last position."""
+
+    def propose(
+        self,
+        state: LoopState,
+        tree: TreeShape,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
+    ) -> Proposal:
+        """The tree's N drafts [B, N] in node order and their q_i [B, N, V] (None under greedy
+        drafts), as TreeProposer.propose returns them."""
+        seq_len, parents = state.seq_len, state.proposer_state[:, None]  # the root's guess
+        logits, ids, probs = self.target.logits(parents), [], []
+        for depth, width in enumerate(tree.branching, start=1):
+            first = 1 + sum(t.shape[1] for t in ids)  # the depth's first node id
+            rows = sampling.noise[:, first - 1 : first - 1 + logits.shape[1] * width]
+            noise = rows.unflatten(1, (logits.shape[1], width))[:, :, 0]
+            x, q = TreeProposer.children(logits, width, noise, sampling)
+            ids.append(x)
+            probs.append(q)
+            if depth < len(tree.branching):
+                nodes = list(range(first, first + x.shape[1]))
+                size = self.head.config.max_seq_len
+                layout = tree_layout(seq_len - 1, tree, nodes, size, key_positions)
+                parents = self.head(self.target, parents.repeat_interleave(width, 1), x, **layout)
+                logits = self.target.logits(parents)
+        draft_probs = None if sampling.method == "greedy" else torch.cat(probs, 1)
+        return Proposal(torch.cat(ids, 1), torch.full_like(seq_len, tree.num_nodes), draft_probs)

@@ -43,6 +43,28 @@ def tree_visibility(
     return (relative < 0)[:, None] | (in_tree[:, None] & on_path)
 
 
+def tree_layout(
+    seq_len: torch.Tensor,
+    tree: TreeShape,
+    nodes: list[int],
+    max_seq_len: int,
+    key_positions: torch.Tensor | None,
+) -> dict[str, torch.Tensor | None]:
+    """Where tree nodes `nodes` sit in a forward (the module docstring): their positions,
+    the cache slots they write and the slots each sees, as the keywords of GPT.hidden and
+    FeatureHead.forward; key_positions: the slots read (all max_seq_len if None)."""
+    device = seq_len.device
+    node = torch.tensor(nodes, device=device)
+    depth = torch.tensor([tree.depth[j] for j in nodes], device=device)
+    num_slots = max_seq_len if key_positions is None else key_positions.shape[0]
+    return dict(
+        positions=seq_len[:, None] - 1 + depth,
+        key_positions=key_positions,
+        slots=seq_len[:, None] - 1 + node,
+        visible=tree_visibility(seq_len, tree, nodes, num_slots),
+    )
+
+
 def tree_forward(
     model: GPT,
     tokens: torch.Tensor,
@@ -53,17 +75,8 @@ def tree_forward(
 ) -> torch.Tensor:
     """The logits [B, T, V] of tree nodes `nodes` (tokens [B, T]) in one forward of `model`,
     reading the cache slots key_positions (all of them if None)."""
-    device = seq_len.device
-    node = torch.tensor(nodes, device=device)
-    depth = torch.tensor([tree.depth[j] for j in nodes], device=device)
-    num_slots = model.config.max_seq_len if key_positions is None else key_positions.shape[0]
-    return model(
-        tokens,
-        seq_len[:, None] - 1 + depth,
-        key_positions,
-        slots=seq_len[:, None] - 1 + node,
-        visible=tree_visibility(seq_len, tree, nodes, num_slots),
-    )
+    layout = tree_layout(seq_len, tree, nodes, model.config.max_seq_len, key_positions)
+    return model(tokens, **layout)
 
 
 class TreeProposer:
