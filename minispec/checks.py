@@ -124,8 +124,5 @@ def check_prompt_lists(prompts: list[list[int]]) -> None:
 
 
 def known_bos(target: GPT) -> int | None:
-    """The id every prompt must start with, where the vocabulary tells it: for a byte-vocabulary
-    model (every minispec checkpoint and exported folder), the byte tokenizer's BOS, which began
-    every training document. A Hugging Face folder's tokenizer may put another BOS first or none
-    at all (GPT-2's adds none), so its prompts are taken as that tokenizer made them: None."""
+    """The BOS a prompt must start with on the byte vocabulary, else None (docs/reliability.md)."""
     return BOS_TOKEN_ID if target.config.vocab_size == VOCAB_SIZE else None

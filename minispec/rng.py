@@ -38,13 +38,7 @@ STREAM_DRAFT, STREAM_UNIFORM, STREAM_TARGET = 1, 2, 3
 
 
 def mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """(x * c) mod 2**32 for 32-bit x in int64, without overflowing int64.
-
-    A c of 2**31 or more is replaced by c - 2**32, equal mod 2**32: then |c| < 2**31, so
-    |x * c| < 2**63 fits int64, and the mask keeps the low 32 bits of its two's complement. One
-    multiply, where splitting x into 16-bit halves takes four and makes the compiler's work
-    several times larger (docs/startup.md).
-    """
+    """(x * c) mod 2**32 for 32-bit x in int64, in one multiply (docs/startup.md says how)."""
     return (x * (c - 2**32 if c >= 2**31 else c)) & MASK32
 
 
@@ -80,9 +74,7 @@ def uniform_float64(key: torch.Tensor) -> torch.Tensor:
 
 def exponential_float32(key: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Exp(1) noise [..., V]: -log of a uniform in (0, 1) made from 24 hash bits per vocabulary id.
-
-    The log is taken in float64: in float32, uniforms within 2**-25 of 1 round to 1 and give 0.
-    """
+    The log is taken in float64: in float32, uniforms within 2**-25 of 1 round to 1 and give 0."""
     index = torch.arange(vocab_size, device=key.device)
     bits = mix32(key[..., None] ^ mix32(index)) >> 8
     return (-torch.log((bits.double() + 0.5) / 2.0**24)).float()

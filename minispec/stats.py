@@ -15,11 +15,8 @@ import torch
 
 def expected_tokens_per_round(alpha, k):
     """Leviathan eq. (1): E[tokens per round] = (1 - alpha^(K+1)) / (1 - alpha), the sum of
-    alpha^i for i = 0..K, which is K + 1 at alpha = 1 (where the quotient is 0/0).
-
-    alpha and K are numbers (a float comes back), or tensors that broadcast: adaptive K
-    evaluates it for every row and width inside the round (minispec/policies/width_choice.py).
-    K = -1 gives 0: a round that may keep no token."""
+    alpha^i for i = 0..K (K + 1 at alpha = 1; K = -1 gives 0). alpha and K are numbers (a float
+    comes back) or tensors that broadcast (adaptive K's, minispec/policies/width_choice.py)."""
     a = torch.as_tensor(alpha, dtype=torch.float64)
     tokens = torch.where(a >= 1, k + 1, (1 - a ** (k + 1)) / (1 - a))
     return tokens if isinstance(alpha, torch.Tensor) else float(tokens)

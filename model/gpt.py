@@ -55,11 +55,7 @@ class KVCache(nn.Module):
         self, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v [B, H, T, D] at positions [B, T] (each row its own), return the whole cache.
-
-        An indexed assignment (index_put_), not scatter_: Inductor turns it into a kernel that
-        writes only the T new slots, where a scatter_ into the buffer makes it copy the whole
-        cache, twice, in every layer and step (tests/test_kv_cache_code.py reads the generated
-        code)."""
+        An indexed assignment, not scatter_ (docs/algorithm.md says why)."""
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         # Advanced indices on dims 0 and 2 around a slice index a [B, T, H, D] view.
         self.k[rows, :, positions] = k.transpose(1, 2)

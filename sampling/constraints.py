@@ -168,8 +168,7 @@ def filtered_logits(logits: torch.Tensor, constraints: RowConstraints) -> torch.
 
 
 def log_normalizer(filtered: torch.Tensor, row_max: torch.Tensor) -> torch.Tensor:
-    """logsumexp over the last dim, given each row's max [..., 1] (which the caller has from
-    ``max_and_argmax`` anyway): log Z such that exp(filtered - log Z) sums to 1."""
+    """logsumexp over the last dim, given each row's max [..., 1] (from ``max_and_argmax``)."""
     return row_max + (filtered - row_max).exp().sum(dim=-1, keepdim=True).log()
 
 
@@ -224,10 +223,8 @@ COMPILE_OPTIONS = dict(
 
 
 def jit(fn: Callable, **options) -> Callable:
-    """torch.compile(fn) with COMPILE_OPTIONS (and `options` added to Inductor's). Called on first
-    use, never at import: importing torch.compile's machinery (Dynamo) is a noticeable part of a
-    warm start (docs/startup.md), which a process that only loads ahead-of-time packages
-    (minispec/compilation/aot.py) then never pays."""
+    """torch.compile(fn) with COMPILE_OPTIONS (and `options` added to Inductor's), called on
+    first use, never at import (docs/startup.md says why)."""
     # Dynamo keeps at most recompile_limit graphs per function (8 by default) and, under
     # fullgraph, fails past it. Here every (shapes, one-hot or not, filters on, method, thread
     # count) is a graph: a decode loop trying several K, or a benchmark sweep, needs more than 8.
@@ -238,8 +235,7 @@ def jit(fn: Callable, **options) -> Callable:
 
 @cache
 def _sample_compiled() -> Callable:
-    """The compiled sampler, made once: a graph is compiled per (shape, dtype, which filters are
-    on) and then reused."""
+    """The compiled sampler, made once: one graph per (shape, dtype, which filters are on)."""
     return jit(_sample_core)
 
 

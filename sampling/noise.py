@@ -48,12 +48,8 @@ def draw_exponentials(
 
 def _max_and_first_index(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The max of int32 ``ordered`` along the last dim and the FIRST index holding it, as ONE
-    int64 max-reduction over keys with the value on top and the index, reversed, below.
-
-    Why not torch.argmax: Inductor's CPU argmax carries (value, index) pairs through the loop
-    and runs several times slower than a plain max; over a 128k vocabulary it costs more than
-    the softmax. This form costs about as much as a max and fuses with the other reductions.
-    """
+    int64 max-reduction over keys with the value on top and the index, reversed, below
+    (docs/algorithm.md says why not torch.argmax)."""
     vocab_size = ordered.shape[-1]
     reversed_index = vocab_size - 1 - torch.arange(vocab_size, device=ordered.device)
     best = ((ordered.long() << 32) | reversed_index).amax(dim=-1)
@@ -62,7 +58,7 @@ def _max_and_first_index(ordered: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 def max_and_argmax(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.max(values, dim=-1)`` for float32 without NaN: the largest value and the first
-    index that holds it (see ``_max_and_first_index`` for why it is not written that way)."""
+    index that holds it (docs/algorithm.md says why it is not written that way)."""
     bits = values.view(torch.int32)
     # A float's bits are sign and magnitude, and magnitudes order like the floats they encode;
     # giving negative floats minus their magnitude yields integers in the floats' order, with
@@ -74,13 +70,8 @@ def max_and_argmax(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def race(weights: torch.Tensor, exponentials: torch.Tensor) -> torch.Tensor:
-    """Index along the last dim of argmax(w / E): a draw proportional to the weights w >= 0.
-
-    Guards: a positive weight scores w * (1 / E) >= 0, which is inf when E = 0 and 0 when
-    E = inf, never NaN; a zero weight scores below every positive one, so it never wins. Ties
-    go to the smallest index. If no weight is positive the result is index 0: callers that can
-    meet that case check for it.
-    """
+    """Index along the last dim of argmax(w / E): a draw proportional to the weights w >= 0;
+    index 0 if none is positive (docs/algorithm.md: the guards)."""
     # w * (1 / E) rather than w / E: two races over the same noise (corrective and fallback)
     # share one reciprocal per entry. The bits of a float >= 0 order like the float itself, and
     # -1 sits below all of them.

@@ -153,8 +153,7 @@ def _effective_method(method: str, draft_probs: torch.Tensor | None, temperature
 
 @cache
 def _rejection_compiled() -> Callable:
-    """The compiled sampler, made once: a graph is compiled per (shapes, dtypes, one-hot or not,
-    filters on, method) and reused for every later call that matches."""
+    """The compiled sampler, made once: a graph per (shapes, dtypes, one-hot, filters, method)."""
     return jit(_rejection_core)
 
 

@@ -41,11 +41,9 @@ def check_arguments(
     method: str,
     check_values: bool,
 ) -> None:
-    """Raise ValueError for any argument of ``rejection_sample`` the rule would misread: the
-    method, the logits and drafts, their counts and ids, then draft_probs and the noise, then
-    (on the CPU, with ``check_values``) their values. Shapes come first because the value
-    checks index by them. The sampling parameters (temperature, top_k, top_p) are checked by
-    ``normalize_params``."""
+    """ValueError for any argument of ``rejection_sample`` the rule would misread: the method,
+    shapes, counts and ids first (the value checks index by them), then, on the CPU with
+    ``check_values``, the values. ``normalize_params`` checks temperature, top_k and top_p."""
     _validate(target_logits, draft_token_ids, num_draft_tokens, method, check_values)
     _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method)
     if check_values and target_logits.device.type == "cpu":

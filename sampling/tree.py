@@ -212,8 +212,7 @@ def tree_rejection_sample(
 
 @cache
 def _tree_compiled() -> Callable:
-    """The compiled rule, made once: a graph per (tree, shapes, one-hot or not, filters on,
-    mask or not, method), reused by every later call that matches."""
+    """The compiled rule, made once: a graph per (tree, shapes, one-hot, filters, mask, method)."""
     return jit(_tree_core)
 
 

@@ -130,7 +130,6 @@ class CudaGraphs:
 
 def graph_key(in_spec, leaves: list, statics: dict) -> tuple:
     """What makes a new graph: the arguments' structure (which are None), each tensor's shape
-    and dtype, and the static arguments. Values never do: they are copied into the graph's
-    buffers."""
+    and dtype, and the static arguments; never values, which a call copies into its buffers."""
     shapes = tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in leaves)
     return in_spec, shapes, tuple(sorted((k, repr(v)) for k, v in statics.items()))

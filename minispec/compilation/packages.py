@@ -57,8 +57,7 @@ def compile_cache() -> Path:
 
 
 def aot_folder() -> Path:
-    """Where the packages live: inside Inductor's cache folder, so that clearing that cache
-    clears them too."""
+    """The packages' folder, inside Inductor's cache: clearing that cache clears them too."""
     return compile_cache() / "minispec-aot"
 
 
@@ -71,12 +70,9 @@ def compile_package(program, package_path: Path, options: dict) -> None:
 
 
 def load_runner(path: Path) -> Callable:
-    """The package's model, run by AOTInductor's C++ loader, called directly:
-    torch._inductor.aoti_load_package wraps the same object but imports Inductor and Dynamo
-    first (docs/startup.md: what that costs a warm start), and its call adds a pytree round
-    trip per round.
-    Arguments: the model's name inside the package, one runner, not single-threaded, the
-    default device."""
+    """The package's model, run by AOTInductor's C++ loader directly (docs/startup.md says why)."""
+    # Arguments: the model's name inside the package, not single-threaded, one runner, the
+    # default device.
     return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1).boxed_run
 
 
@@ -101,8 +97,7 @@ def reason_of(error: OSError) -> str:
 
 
 def present(path: Path) -> bool:
-    """Whether anything lies at `path`: Path.exists says False for a link it cannot follow,
-    which would then stay there, unread and unremoved."""
+    """Whether anything lies at `path`, a dangling link too (Path.exists would leave it there)."""
     return os.path.lexists(path)
 
 
@@ -170,8 +165,7 @@ def check_package(package: Path) -> str | None:
 
 
 def failed_marker(package: Path) -> Path:
-    """Where the builder says that building `package` failed (its error's first line): a run
-    then stays eager instead of asking for the same failing build again."""
+    """The file where the builder says building `package` failed (docs/reliability.md)."""
     return package.with_suffix(".failed")
 
 

@@ -115,12 +115,8 @@ def current_alpha(
 def expected_tokens(
     alpha: torch.Tensor, widths: tuple[int, ...], remaining: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Eq. (1) for every row and width, [B, W]. widths are Python ints: static under compile.
-
-    remaining [B]: the tokens each row may still keep (its max_new_tokens left, 0 once done). A
-    round keeps at most that many, so the sum of alpha^i stops at i = remaining - 1:
-    E[min(n + 1, remaining)] is eq. (1) at K = min(K, remaining - 1). Without the cap eq. (1)
-    counts drafts past a row's end and overvalues wide rounds near the end of every row."""
+    """Eq. (1) for every row and width, [B, W], each capped at the tokens its row may still keep,
+    remaining [B] (0 once done; docs/extensions.md). widths: Python ints, static under compile."""
     k = torch.tensor(widths, device=alpha.device)  # [W]
     if remaining is not None:
         k = torch.minimum(k, remaining[:, None] - 1)  # [B, W]
@@ -134,14 +130,9 @@ def choose_width(
     round_time: torch.Tensor,
     margin: float = 0.0,
 ) -> torch.Tensor:
-    """Index into widths (0-d long) maximising the batch's expected tokens per unit time:
-    the sum over rows of eq. (1), each capped at the row's remaining tokens (0 for a done row:
-    it does not vote), over round_time[w] (any unit, e.g. K = 0 rounds).
-
-    The smallest width within a factor (1 + margin) of the best wins: alpha is an estimate, and
-    near break-even its noise would otherwise buy rounds of speculation that lose time.
-    Tensor ops only, so it can run inside the compiled round and its result ride in the round's
-    one host read."""
+    """Index into widths (0-d long) maximising the batch's expected tokens (expected_tokens,
+    summed over rows) per unit of round_time[w] (any unit, e.g. K = 0 rounds); the smallest
+    width within a factor (1 + margin) of the best wins. Tensor ops only (docs/extensions.md)."""
     tokens = expected_tokens(alpha.double(), widths, remaining).sum(0)  # [W]
     rate = tokens / round_time.double()
     good_enough = rate * (1 + margin) >= rate.max()

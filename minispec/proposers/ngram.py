@@ -50,13 +50,8 @@ def ngram_propose(
     tokens: torch.Tensor, seq_len: torch.Tensor, k: int, n_min: int, n_max: int
 ) -> Proposal:
     """tokens [B, S] long (row b holds seq_len[b] tokens), k drafts per matching row: what
-    followed the row's match (ngram_match).
-
-    The copy may overlap its own output, as in LZ77: a match p tokens back proposes
-    tokens[e+1:] repeated with period p. The verify step is K + 1 wide whatever a row
-    proposes, so a proposal running past the known tokens costs nothing, and it is what the
-    text becomes if the repetition goes on.
-    """
+    followed the row's match (ngram_match), repeated with the match's period where it runs past
+    the known tokens (docs/extensions.md says why)."""
     end, match_length = ngram_match(tokens, seq_len, n_min, n_max)
     matched = match_length > 0
     period = (seq_len - 1 - end).clamp(min=1)

@@ -187,6 +187,5 @@ class SuffixProposer:
         self.index = index
 
     def host_propose(self, histories: list[list[int]], k: int) -> Proposal:
-        """histories: each row's tokens so far (prompt and output). Host tensors: the loop
-        copies them to the device, which needs no sync."""
+        """histories: each row's tokens so far (prompt and output); a Proposal on the host."""
         return self.index.propose_rows([np.asarray(h[-DEPTH:]) for h in histories], k)
