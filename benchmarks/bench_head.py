@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from minispec.api import load_decoder
 from minispec.commands.prompts import held_out_prompts
 from minispec.compilation import compile_round
 from minispec.params import SpeculativeConfig
+from minispec.rules import TREE_PROPOSERS
 from minispec.stats import predicted_speedup
 from model import tokenizer
 
@@ -71,8 +73,9 @@ def draft_step_ratios(decoder, repeats: int, compile) -> dict:
     return {name: statistics.median(times[name]) / base for name in ("draft_model", "feature_head")}
 
 
-def row(decoder, prompts, proposer, k, temperature, max_new, pairs, c) -> dict:
-    spec, baseline = SpeculativeConfig(k, proposer=proposer), SpeculativeConfig(0)
+def row(decoder, prompts, proposer, k, temperature, max_new, pairs, c, branching=(2,)) -> dict:
+    spec = SpeculativeConfig(k, proposer=proposer, tree_branching=branching)
+    baseline = SpeculativeConfig(0)
     warm_up(decoder, prompts[:1], [spec, baseline], temperature)
     runs = [
         (
@@ -84,9 +87,11 @@ def row(decoder, prompts, proposer, k, temperature, max_new, pairs, c) -> dict:
     ratios = [s.speedup_over(b) for s, b in runs]
     median = sorted(runs, key=lambda sb: sb[0].tokens_per_second)[len(runs) // 2][0]
     alpha = median.alpha or 0.0
+    tree = proposer in TREE_PROPOSERS
     return {
-        "proposer": proposer,
+        "proposer": proposer + (f" {','.join(map(str, branching))}" if tree else ""),
         "K": k,
+        "nodes": spec.verify_width,
         "temperature": temperature,
         "speedup": spread(ratios),
         "tokens_per_s": statistics.median(s.tokens_per_second for s, _ in runs),
@@ -95,38 +100,45 @@ def row(decoder, prompts, proposer, k, temperature, max_new, pairs, c) -> dict:
         "tokens_per_target_forward": median.tokens_per_target_forward,
         "per_position_acceptance": median.per_position_acceptance,
         "c": c,
-        "predicted_speedup": predicted_speedup(alpha, k, c),
+        "predicted_speedup": None if tree else predicted_speedup(alpha, k, c),
         "pairs": pairs,
     }
 
 
 HEADER = (
-    "| proposer | K | T | tok/s | tok/s K=0 | speedup [interval] (min-max) | alpha | "
-    "tokens/target forward | per-position acceptance | c | predicted |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "| proposer | K | drafts verified | T | tok/s | tok/s K=0 | speedup [interval] (min-max) | "
+    "alpha | tokens/target forward | per-position acceptance | c | predicted |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
 def format_row(r: dict) -> str:
     positions = " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
+    predicted = "-" if r["predicted_speedup"] is None else f"{r['predicted_speedup']:.2f}x"
     return (
-        f"| {r['proposer']} | {r['K']} | {r['temperature']:g} | {r['tokens_per_s']:.1f} | "
-        f"{r['tokens_per_s_K0']:.1f} | {format_spread(r['speedup'])} | {r['alpha']:.3f} | "
-        f"{r['tokens_per_target_forward']:.2f} | {positions} | {r['c']:.3f} | "
-        f"{r['predicted_speedup']:.2f}x |"
+        f"| {r['proposer']} | {r['K']} | {r['nodes']} | {r['temperature']:g} | "
+        f"{r['tokens_per_s']:.1f} | {r['tokens_per_s_K0']:.1f} | {format_spread(r['speedup'])} | "
+        f"{r['alpha']:.3f} | {r['tokens_per_target_forward']:.2f} | {positions} | "
+        f"{r['c']:.3f} | {predicted} |"
     )
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_head", description=__doc__)
-    p.add_argument("--head-ks", default="2,4,6", help="the head's K")
+    p.add_argument("--head-ks", default="2,4,6,8", help="the head's K")
     p.add_argument("--draft-ks", default="4", help="the draft model's K")
+    p.add_argument(
+        "--trees",
+        default="4:2",
+        help="the head's trees, K:branching;... (4:2: depth 4, two candidates for the first "
+        "token, 8 nodes; compare with the head's chain of as many drafts)",
+    )
     p.add_argument("--temperatures", default="0,1")
     p.add_argument("--prompts", type=int, default=6)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--compile-mode", choices=("aot", "jit"), default="aot")
+    p.add_argument("--compile-mode", choices=("aot", "jit", "eager"), default="aot")
     p.add_argument("--out", default="results")
     return p
 
@@ -134,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    compile = "aot" if args.compile_mode == "aot" else True
+    compile = {"aot": "aot", "jit": True, "eager": False}[args.compile_mode]
     decoder = load_decoder(compile=compile)
     if decoder.head is None:
         print("bench-head: no feature head (checkpoints/head.safetensors): make train-head")
@@ -145,18 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"c: draft model {c['draft_model']:.3f}, feature head {c['feature_head']:.3f}")
     print(HEADER, flush=True)
     rows = []
-    ks = {"feature_head": args.head_ks, "draft_model": args.draft_ks}
+    settings = [("feature_head", int(k), (2,)) for k in args.head_ks.split(",") if k]
+    settings += [("draft_model", int(k), (2,)) for k in args.draft_ks.split(",") if k]
+    for tree in filter(None, args.trees.split(";")):
+        k, branching = tree.split(":")
+        settings.append(("head_tree", int(k), tuple(map(int, branching.split(",")))))
     for temperature in (float(t) for t in args.temperatures.split(",")):
-        for proposer, widths in ks.items():
-            for k in (int(k) for k in widths.split(",") if k):
-                r = row(
-                    decoder, prompts, proposer, k, temperature, args.max_new_tokens,
-                    args.pairs, c[proposer],
-                )  # fmt: skip
-                print(format_row(r), flush=True)
-                rows.append(r)
+        for proposer, k, branching in settings:
+            cost = c["draft_model" if proposer == "draft_model" else "feature_head"]
+            r = row(
+                decoder, prompts, proposer, k, temperature, args.max_new_tokens,
+                args.pairs, cost, branching,
+            )  # fmt: skip
+            print(format_row(r), flush=True)
+            rows.append(r)
     out = Path(args.out)
-    command = "python -m benchmarks.bench_head " + " ".join(argv or [])
+    command = "python -m benchmarks.bench_head " + " ".join(sys.argv[1:] if argv is None else argv)
     report = {"command": command.strip(), "threads": args.threads, "c": c, "rows": rows}
     (out / "head.json").write_text(json.dumps(report, indent=1) + "\n")
     table = "\n".join([HEADER] + [format_row(r) for r in rows])

@@ -163,13 +163,14 @@ def generate(
         tree_branching=tree_branching,
     )
     check_decoder_and_callback(decoder, on_tokens)
-    # Before a decoder is loaded (seconds, for the shipped pair): the values need none. The
-    # decoder checks them again, with what only it knows (its proposers, its context).
     check_warm_up(warm_up)
-    spec.validate()
-    for p in params:
-        p.validate()
-    decoder = decoder or load_decoder()
+    if decoder is None:
+        # Before the shipped pair loads (seconds): the values need no model. A given decoder
+        # checks them itself, once, with what only it knows (its proposers, its context).
+        spec.validate()
+        for p in params:
+            p.validate()
+        decoder = load_decoder()
     out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
     texts = [tokenizer.decode(ids) for ids in out.token_ids]
     return GenerateResult(texts, out.token_ids, out.origins, out.stats)
