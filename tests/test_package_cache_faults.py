@@ -36,6 +36,7 @@ import minispec.compilation.builder as builder
 import minispec.compilation.packages as packages
 from benchmarks import guard
 from minispec.commands.front_door import one_line, run
+from minispec.compilation import compile_round
 from minispec.compilation.announce import Announced
 from minispec.compilation.aot import AheadOfTime
 from minispec.policies.width_choice import AdaptiveConfig
@@ -385,3 +386,15 @@ def test_a_request_that_cannot_be_removed_stops_the_builder(
     monkeypatch.setattr(packages, "clear", lambda path: None)
     assert builder.main([str(tmp_path)]) == 0
     assert len(taken) == 1 and "cannot be removed" in capsys.readouterr().out
+
+
+def test_jit_with_the_compile_cache_under_a_file_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--compile-mode jit imports Dynamo, which makes the cache folder: refused first, in the
+    compile cache's words, rather than as Dynamo's bare NotADirectoryError."""
+    file = tmp_path / "file"
+    file.write_text("x")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(file / "cache"))
+    with pytest.raises(OSError, match="compile cache .* lies under the file .*TORCHINDUCTOR"):
+        compile_round(lambda x: 2 * x, "round", True, torch.device("cpu"))

@@ -79,6 +79,9 @@ def compile_round(
     if enabled in ("aot", "auto") and not cuda:
         folder, background = packages.aot_folder(), enabled == "auto"
         return aot.AheadOfTime(fn, models, f"{name} {identity}", folder, name, background, dynamic)
+    # Importing Dynamo makes Inductor's cache folder: one under a file is the user's to fix.
+    if (problem := packages.compile_cache_problem(OSError())) is not None:
+        raise OSError(problem)
     if cuda:
         version = lambda: tuple(m.cache_version for m in models)  # noqa: E731
         graphs = cuda_graphs.CudaGraphs(fn, jit, buffers_version=version)
