@@ -76,6 +76,7 @@ _HELD = threading.local()
 def exclusive(models: list[torch.nn.Module]):
     """Hold every model's lock (in one global order, so two calls cannot each wait on the
     other); RuntimeError if this thread already holds one (a re-entrant call)."""
+    models = list({id(m): m for m in models}.values())  # a pair may be one model twice
     held = getattr(_HELD, "models", None)
     if held is None:
         held = _HELD.models = set()

@@ -165,13 +165,8 @@ class EOSLeaningGPT(GPT):
 
     eos_bias = 5.0
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        key_positions: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        logits = super().forward(tokens, positions, key_positions)
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = super().logits(hidden)
         return logits + torch.where(
             torch.arange(logits.shape[-1]) == EOS_TOKEN_ID, self.eos_bias, 0.0
         )
@@ -206,17 +201,19 @@ def test_each_row_stops_right_after_its_first_eos() -> None:
 
 
 class Recorder:
-    """Wraps a model's forward and logs (model, tokens, positions, logits) per call."""
+    """Wraps a model's forward (or its `hidden`, with `to_logits` its head: the target's verify
+    reads final states) and logs (model, tokens, positions, logits) per call."""
 
-    def __init__(self, name: str, forward, log: list) -> None:
-        self.name, self.forward, self.log = name, forward, log
+    def __init__(self, name: str, forward, log: list, to_logits=None) -> None:
+        self.name, self.forward, self.log, self.to_logits = name, forward, log, to_logits
 
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor
     ) -> torch.Tensor:
-        logits = self.forward(tokens, positions, key_positions)
+        out = self.forward(tokens, positions, key_positions)
+        logits = out if self.to_logits is None else self.to_logits(out)
         self.log.append((self.name, tokens.clone(), positions.clone(), logits.clone()))
-        return logits
+        return out
 
 
 def cache_mismatch(
@@ -275,7 +272,8 @@ def run_recorded(
     """Generate for three ragged rows with both forwards recorded; `draft_wrapper` may alter
     what reaches the draft (the recording sees what the model really got)."""
     log: list = []
-    decoder.target.forward = Recorder("target", decoder.target.forward, log)
+    target = decoder.target
+    target.hidden = Recorder("target", target.hidden, log, target.logits)
     draft_forward = Recorder("draft", decoder.draft.forward, log)
     decoder.draft.forward = draft_wrapper(draft_forward) if draft_wrapper else draft_forward
     prompts = prompts or [[1, 2], [3, 4, 5, 6, 7], [8, 9, 10]]
@@ -287,7 +285,7 @@ def run_recorded(
         k, "probabilistic", proposer=proposer, adaptive=AdaptiveConfig(widths=(0, 2, 3))
     )
     out = decoder.generate(prompts, params, spec)
-    del decoder.target.forward, decoder.draft.forward  # back to the models' own forward
+    del decoder.target.hidden, decoder.draft.forward  # back to the models' own
     return prompts, out, log
 
 
@@ -434,14 +432,9 @@ def test_the_loop_reads_the_device_once_per_round(
 class ConstantLogitsGPT(GPT):
     """Logits [log 9 - 1 ulp, 0] at every position: the top token's mass is 0.89999998."""
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor | None = None,
-        key_positions: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         top = torch.nextafter(torch.tensor(9.0).log(), torch.tensor(0.0))
-        return torch.stack([top, torch.tensor(0.0)]).expand(*tokens.shape, 2).clone()
+        return torch.stack([top, torch.tensor(0.0)]).expand(*hidden.shape[:-1], 2).clone()
 
 
 def test_top_p_is_not_rounded_to_float32_on_its_way_to_the_sampler() -> None:
