@@ -20,6 +20,7 @@ from _enumerate import (
     one_thread,  # noqa: F401 (a fixture, used by pytestmark)
     perturbed_copy,
     random_gpt,
+    random_head,
 )
 from test_decode_exactness import PROMPTS, fit_p_value
 from test_sampling_compiled import _random_batch
@@ -27,6 +28,7 @@ from test_sampling_compiled import _random_batch
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
 from minispec.proposers import SuffixIndex
+from minispec.rules import TREE_PROPOSERS
 from sampling import reference, rejection_sample
 from sampling.constraints import distribution, normalize_params
 from sampling.noise import race
@@ -184,6 +186,7 @@ def decoder() -> SpeculativeDecoder:
         compile=False,
         eos_token_id=EOS,
         suffix_index=SuffixIndex.build(torch.tensor(written).numpy(), min_match=2),
+        head=random_head(target, seed=13),
     )
 
 
@@ -192,8 +195,8 @@ def generate(decoder: SpeculativeDecoder, rows: list, k, proposer: str = "draft_
     return decoder.generate([p for p, _ in rows], [s for _, s in rows], spec)
 
 
-# The tree verifies with the token-wise rule only (SpeculativeConfig refuses drafter_invariant).
-@pytest.mark.parametrize("proposer", [name for name in PROPOSERS if name != "tree"])
+# Trees verify with the token-wise rule only (SpeculativeConfig refuses drafter_invariant).
+@pytest.mark.parametrize("proposer", [name for name in PROPOSERS if name not in TREE_PROPOSERS])
 def test_same_tokens_as_k0(decoder: SpeculativeDecoder, proposer: str) -> None:
     batch = [*OTHERS[:2], OURS, OTHERS[2]]
     alone_k0 = generate(decoder, [OURS], 0, proposer).token_ids[0]
