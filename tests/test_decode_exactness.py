@@ -34,7 +34,6 @@ import minispec.policies.adaptive
 import minispec.policies.width_choice
 import minispec.proposers
 import minispec.proposers.draft_model
-import minispec.proposers.feature_head
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -289,11 +288,13 @@ def test_a_feature_head_breaking_the_q_contract_fails_the_same_test(
     """Power, for the feature head: drafts sampled under top-k with the unfiltered softmax
     passed on as draft_probs bias the output."""
 
+    real_draw = minispec.proposers.draft_model.draw
+
     def unfiltered_q(logits: torch.Tensor, constraints, noise) -> tuple:
-        token, _ = minispec.proposers.draft_model.draw(logits, constraints, noise)
+        token, _ = real_draw(logits, constraints, noise)
         return token, logits.float().softmax(-1)
 
-    monkeypatch.setattr(minispec.proposers.feature_head, "draw", unfiltered_q)
+    monkeypatch.setattr(minispec.proposers.draft_model, "draw", unfiltered_q)
     groups = [(p, SamplingParams(1.0, top_k=3)) for p in PROMPTS]
     spec = SpeculativeConfig(2, "probabilistic", proposer="feature_head")
     assert fit_p_value(spec, groups, seed_base=61_000_000, rows_per_group=3000) < FALSE_ALARM

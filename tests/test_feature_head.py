@@ -179,3 +179,16 @@ def test_greedy_head_output_is_the_target_only_output(eos: int | None) -> None:
         out = decoder.generate(prompts, params(), spec)
         assert out.token_ids == baseline, (k, proposer)
         assert 0 < out.stats.accepted < out.stats.drafted, (k, proposer)
+
+
+def test_the_compiled_head_round_gives_the_eager_tokens() -> None:
+    """The head's round compiled (torch.compile, one graph) draws what the eager round draws."""
+    target, head = pair_and_head()
+    params = lambda: [SamplingParams(1.0, seed=i, max_new_tokens=10) for i in range(2)]  # noqa: E731
+    spec = SpeculativeConfig(3, "probabilistic", proposer="feature_head")
+    outputs = [
+        SpeculativeDecoder(target, compile=mode, head=head).generate(PROMPTS, params(), spec)
+        for mode in (False, True)
+    ]
+    assert outputs[0].token_ids == outputs[1].token_ids
+    assert outputs[1].stats.compiled_calls == outputs[1].stats.batch_rounds  # one graph a round

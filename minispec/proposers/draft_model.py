@@ -7,6 +7,8 @@ sampled rows is one draft_probs tensor [B, K, V], and one graph serves every tem
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from minispec.proposers.proposal import DraftSampling, Proposal
@@ -35,22 +37,38 @@ class DraftModelProposer:
         """x_i ~ q_i for i = 1..K, every row K drafts; each step reads the draft's cache slots
         key_positions (all of them if None)."""
         seq_len = state.seq_len
+
+        def step(x: torch.Tensor, j: int) -> torch.Tensor:
+            return self.model(x[:, None], (seq_len + j)[:, None], key_positions)[:, 0]
+
         logits = first_step(self.model, state, key_positions)
-        ids, probs = [], []
-        for j in range(num_speculative_tokens):
-            if sampling.method == "greedy":
-                x = logits.argmax(-1)  # every row one-hot: draft_probs stays None
-            else:
-                x, q = draw(logits, sampling.constraints, sampling.noise[:, j])
-                probs.append(q)
-            ids.append(x)
-            if j + 1 < num_speculative_tokens:
-                logits = self.model(x[:, None], (seq_len + j)[:, None], key_positions)[:, 0]
-        return Proposal(
-            torch.stack(ids, 1),
-            torch.full_like(seq_len, num_speculative_tokens),
-            torch.stack(probs, 1) if probs else None,
-        )
+        return draft_chain(logits, num_speculative_tokens, sampling, step, seq_len)
+
+
+def draft_chain(
+    logits: torch.Tensor,
+    num_speculative_tokens: int,
+    sampling: DraftSampling,
+    step: Callable[[torch.Tensor, int], torch.Tensor],
+    seq_len: torch.Tensor,
+) -> Proposal:
+    """K drafts per row, x_1 from logits [B, V] and each x_{j+2} from step(x_{j+1}, j), every
+    one drawn by `draw` (or the argmax, under greedy drafts), with the q it came from."""
+    ids, probs = [], []
+    for j in range(num_speculative_tokens):
+        if sampling.method == "greedy":
+            x = logits.argmax(-1)  # every row one-hot: draft_probs stays None
+        else:
+            x, q = draw(logits, sampling.constraints, sampling.noise[:, j])
+            probs.append(q)
+        ids.append(x)
+        if j + 1 < num_speculative_tokens:
+            logits = step(x, j)
+    return Proposal(
+        torch.stack(ids, 1),
+        torch.full_like(seq_len, num_speculative_tokens),
+        torch.stack(probs, 1) if probs else None,
+    )
 
 
 def first_step(model: GPT, state: LoopState, key_positions: torch.Tensor | None) -> torch.Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from minispec.proposers.draft_model import draw
+from minispec.proposers.draft_model import draft_chain
 from minispec.proposers.proposal import DraftSampling, Proposal
 from minispec.proposers.tree import TreeProposer, tree_layout
 from minispec.state import LoopState
@@ -53,24 +53,16 @@ class FeatureHeadProposer:
         key_positions: torch.Tensor | None = None,
     ) -> Proposal:
         """x_j ~ q_j for j = 1..K from the target's head over the head's guesses."""
-        g, ids, probs = state.proposer_state, [], []
-        for j in range(num_speculative_tokens):
-            logits = self.target.logits(g)
-            if sampling.method == "greedy":
-                x = logits.argmax(-1)  # every row one-hot: draft_probs stays None
-            else:
-                x, q = draw(logits, sampling.constraints, sampling.noise[:, j])
-                probs.append(q)
-            ids.append(x)
-            if j + 1 < num_speculative_tokens:
-                positions = (state.seq_len - 1 + j)[:, None]
-                g = self.head(self.target, g[:, None], x[:, None], positions, key_positions)
-                g = g[:, 0]
-        return Proposal(
-            torch.stack(ids, 1),
-            torch.full_like(state.seq_len, num_speculative_tokens),
-            torch.stack(probs, 1) if probs else None,
-        )
+        g = state.proposer_state  # the latest guess, which each step replaces
+
+        def step(x: torch.Tensor, j: int) -> torch.Tensor:
+            nonlocal g
+            positions = (state.seq_len - 1 + j)[:, None]
+            g = self.head(self.target, g[:, None], x[:, None], positions, key_positions)[:, 0]
+            return self.target.logits(g)
+
+        logits = self.target.logits(g)
+        return draft_chain(logits, num_speculative_tokens, sampling, step, state.seq_len)
 
     def follow_target(
         self,
