@@ -18,7 +18,7 @@ import torch
 
 from minispec.proposers.draft_model import draft_chain
 from minispec.proposers.proposal import DraftSampling, Proposal
-from minispec.proposers.tree import TreeProposer, tree_layout
+from minispec.proposers.tree import draft_tree, tree_layout
 from minispec.state import LoopState
 from model.gpt import GPT
 from model.head import FeatureHead
@@ -98,22 +98,14 @@ class FeatureHeadTreeProposer(FeatureHeadProposer):
         sampling: DraftSampling,
         key_positions: torch.Tensor | None = None,
     ) -> Proposal:
-        """The tree's N drafts [B, N] in node order and their q_i [B, N, V] (None under greedy
-        drafts), as TreeProposer.propose returns them."""
-        seq_len, parents = state.seq_len, state.proposer_state[:, None]  # the root's guess
-        logits, ids, probs = self.target.logits(parents), [], []
-        for depth, width in enumerate(tree.branching, start=1):
-            first = 1 + sum(t.shape[1] for t in ids)  # the depth's first node id
-            rows = sampling.noise[:, first - 1 : first - 1 + logits.shape[1] * width]
-            noise = rows.unflatten(1, (logits.shape[1], width))[:, :, 0]
-            x, q = TreeProposer.children(logits, width, noise, sampling)
-            ids.append(x)
-            probs.append(q)
-            if depth < len(tree.branching):
-                nodes = list(range(first, first + x.shape[1]))
-                size = self.head.config.max_seq_len
-                layout = tree_layout(seq_len - 1, tree, nodes, size, key_positions)
-                parents = self.head(self.target, parents.repeat_interleave(width, 1), x, **layout)
-                logits = self.target.logits(parents)
-        draft_probs = None if sampling.method == "greedy" else torch.cat(probs, 1)
-        return Proposal(torch.cat(ids, 1), torch.full_like(seq_len, tree.num_nodes), draft_probs)
+        """The tree's N drafts [B, N] in node order and their q_i (draft_tree)."""
+        parents = state.proposer_state[:, None]  # the root's guess, then each depth's
+
+        def step(x: torch.Tensor, nodes: list[int], width: int) -> torch.Tensor:
+            nonlocal parents
+            size = self.head.config.max_seq_len
+            layout = tree_layout(state.seq_len - 1, tree, nodes, size, key_positions)
+            parents = self.head(self.target, parents.repeat_interleave(width, 1), x, **layout)
+            return self.target.logits(parents)
+
+        return draft_tree(self.target.logits(parents), tree, sampling, step, state.seq_len)

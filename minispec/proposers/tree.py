@@ -19,6 +19,8 @@ its positions (tree_round.py), so the cache again holds one sequence.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from minispec.proposers.draft_model import first_step
@@ -93,26 +95,14 @@ class TreeProposer:
         sampling: DraftSampling,
         key_positions: torch.Tensor | None = None,
     ) -> Proposal:
-        """The tree's N drafts [B, N] in node order, and their q_i [B, N, V] (None under
-        greedy drafts); sampling.noise [B, N, V] holds one Exp(1) row per node, of which a
-        family reads its first child's."""
+        """The tree's N drafts [B, N] in node order, and their q_i (draft_tree)."""
         seq_len = state.seq_len
-        logits = first_step(self.model, state, key_positions)[:, None]  # the root: [B, 1, V]
-        ids, probs = [], []
-        for depth, width in enumerate(tree.branching, start=1):
-            first = 1 + sum(t.shape[1] for t in ids)  # the depth's first node id
-            parents = logits.shape[1]
-            # One Exp(1) row per family: its first child's (node ids count from 1).
-            rows = sampling.noise[:, first - 1 : first - 1 + parents * width]
-            noise = rows.unflatten(1, (parents, width))[:, :, 0]
-            x, q = self.children(logits, width, noise, sampling)  # [B, parents * width]
-            ids.append(x)
-            probs.append(q)
-            if depth < len(tree.branching):
-                nodes = list(range(first, first + x.shape[1]))
-                logits = tree_forward(self.model, x, seq_len, tree, nodes, key_positions)
-        draft_probs = None if sampling.method == "greedy" else torch.cat(probs, 1)
-        return Proposal(torch.cat(ids, 1), torch.full_like(seq_len, tree.num_nodes), draft_probs)
+
+        def step(x: torch.Tensor, nodes: list[int], width: int) -> torch.Tensor:
+            return tree_forward(self.model, x, seq_len, tree, nodes, key_positions)
+
+        root = first_step(self.model, state, key_positions)[:, None]  # [B, 1, V]
+        return draft_tree(root, tree, sampling, step, seq_len)
 
     @staticmethod
     def children(
@@ -141,3 +131,31 @@ class TreeProposer:
         q_i = torch.where(mass > 0, remaining / mass.clamp(min=1e-30), 0.0)
         q_i = torch.where(greedy[..., None], drawn.float(), q_i)
         return x.flatten(1), q_i.flatten(1, 2)
+
+
+def draft_tree(
+    logits: torch.Tensor,
+    tree: TreeShape,
+    sampling: DraftSampling,
+    step: Callable[[torch.Tensor, list[int], int], torch.Tensor],
+    seq_len: torch.Tensor,
+) -> Proposal:
+    """The tree's N drafts [B, N] in node order, and their q_i [B, N, V] (None under greedy
+    drafts): the root's children from logits [B, 1, V], each deeper depth's from
+    step(x, nodes, width), the logits after the depth above (nodes `nodes`, tokens x, `width`
+    children a parent). sampling.noise [B, N, V] holds one Exp(1) row per node, of which a
+    family reads its first child's."""
+    ids, probs = [], []
+    for depth, width in enumerate(tree.branching, start=1):
+        first = 1 + sum(t.shape[1] for t in ids)  # the depth's first node id
+        parents = logits.shape[1]
+        # One Exp(1) row per family: its first child's (node ids count from 1).
+        rows = sampling.noise[:, first - 1 : first - 1 + parents * width]
+        noise = rows.unflatten(1, (parents, width))[:, :, 0]
+        x, q = TreeProposer.children(logits, width, noise, sampling)  # [B, parents * width]
+        ids.append(x)
+        probs.append(q)
+        if depth < len(tree.branching):
+            logits = step(x, list(range(first, first + x.shape[1])), width)
+    draft_probs = None if sampling.method == "greedy" else torch.cat(probs, 1)
+    return Proposal(torch.cat(ids, 1), torch.full_like(seq_len, tree.num_nodes), draft_probs)
