@@ -32,16 +32,7 @@ from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
 from minispec.policies.width_choice import AdaptiveConfig
-from minispec.proposers import (
-    PROPOSERS,
-    DraftModelProposer,
-    Held,
-    HostProposer,
-    Proposal,
-    Proposer,
-    SuffixIndex,
-    TreeProposer,
-)
+from minispec.proposers import PROPOSERS, Held, HostProposer, Proposal, Proposer, SuffixIndex
 from minispec.round import RoundState, speculative_round
 from minispec.rules import TREE_PROPOSERS
 from minispec.state import LoopState, Snapshot, collect
@@ -247,16 +238,17 @@ class SpeculativeDecoder:
         prompts: list[list[int]],
         params: list[SamplingParams],
         k: int,
+        uses_draft: bool = True,
         proposer: Proposer | HostProposer | None = None,
     ) -> LoopState:
-        """Fill the caches (the target's, and the draft's or the head's when it drafts) with
-        every prompt token but the last (which the first round feeds); k: the widest K of any
-        round. Eager: prefill runs once per request, at a width of its own, so compiling it
-        would cost more start-up than it saves."""
+        """Fill the caches (the target's, the draft's when it drafts, and through its prefill
+        hook a `proposer` that reads the target's states) with every prompt token but the last
+        (which the first round feeds); k: the widest K of any round. Eager: prefill runs once
+        per request, at a width of its own, so compiling it would cost more start-up than it
+        saves."""
         b = len(prompts)
-        uses_draft = k and isinstance(proposer, (DraftModelProposer, TreeProposer))
         reads_hidden = k and getattr(proposer, "reads_hidden", False)
-        models = [self.target] + ([self.draft] if uses_draft else [])
+        models = [self.target] + ([self.draft] if k and uses_draft else [])
         # Every model gets its cache, even one this call does not run: a compiled round's key
         # includes the buffers it may read (and a CUDA graph, their addresses), so a K = 0
         # round compiled before the draft had a cache would be compiled again after it got one.
@@ -372,7 +364,7 @@ class SpeculativeDecoder:
         tree = spec.proposer in TREE_PROPOSERS and widest
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
-        loop = self.prefill(prompts, params, widest, in_round if widest else None)
+        loop = self.prefill(prompts, params, widest, uses_draft, in_round if widest else None)
         state = RoundState(loop, policy.prepare(loop))
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(

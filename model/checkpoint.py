@@ -68,10 +68,22 @@ def save_checkpoint(
         if not (tied and k == TIED_KEY)
     }
     tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
+    write_checkpoint(path, tensors, metadata, FORMAT, model.config.to_json())
+
+
+def write_checkpoint(
+    path: str | Path,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, str] | None,
+    format: str,
+    config: str,
+) -> None:
+    """Write `tensors` atomically with `metadata` and what every checkpoint's header holds:
+    its format, config (JSON), tokenizer and the tensors' SHA-256."""
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta.update(
-        format=FORMAT,
-        config=model.config.to_json(),
+        format=format,
+        config=config,
         tokenizer=json.dumps(tokenizer.describe()),
         sha256=tensor_digest(tensors),
     )
@@ -239,14 +251,7 @@ def save_head(path: str | Path, head: FeatureHead, metadata: dict[str, str] | No
     """Save a feature head in float16 (its own weights: the target's embedding and LM head are
     the target's), atomically, with its config and a checksum."""
     tensors = {k: v.detach().cpu().half().contiguous() for k, v in head.state_dict().items()}
-    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    meta.update(
-        format=HEAD_FORMAT,
-        config=head.config.to_json(),
-        tokenizer=json.dumps(tokenizer.describe()),
-        sha256=tensor_digest(tensors),
-    )
-    atomic_write(Path(path), save_bytes(tensors, metadata=meta))
+    write_checkpoint(path, tensors, metadata, HEAD_FORMAT, head.config.to_json())
 
 
 def load_head(

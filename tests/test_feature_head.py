@@ -67,7 +67,7 @@ PARAMS = [SamplingParams(1.0, top_k=3, seed=1), SamplingParams(0.7, top_p=0.8, s
 
 def started(decoder, k: int):
     proposer, _ = decoder.compiled_round("feature_head")
-    return proposer, decoder.prefill(PROMPTS, PARAMS, k, proposer)
+    return proposer, decoder.prefill(PROMPTS, PARAMS, k, uses_draft=False, proposer=proposer)
 
 
 @torch.no_grad()
@@ -135,7 +135,7 @@ def test_each_tree_node_drafts_from_the_guess_along_its_own_path() -> None:
     decoder = SpeculativeDecoder(target, compile=False, head=head)
     proposer, _ = decoder.compiled_round("head_tree")
     tree = tree_shape((2, 2, 1))  # depth 3, 2 + 4 + 4 = 10 nodes
-    state = decoder.prefill(PROMPTS, PARAMS, tree.max_depth, proposer)
+    state = decoder.prefill(PROMPTS, PARAMS, tree.max_depth, uses_draft=False, proposer=proposer)
     constraints = row_constraints(PARAMS, torch.device("cpu"))
     noise = round_noise(state.seeds, state.seq_len, tree.num_nodes, VOCAB)
     sampling = DraftSampling(constraints, noise.draft, "probabilistic")

@@ -33,17 +33,13 @@ class FeatureHeadProposer:
 
     def prefill(self, hidden: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor):
         """The head's cache over each prompt from the target's states hidden [B, W, C] at
-        positions 0..W-1 (tokens [B, W+1]: the prompts, padded), and the first g: the guess
-        after each row's second-to-last token (a 1-token prompt has no state: g = 0, whose
-        logits are 0, a uniform q)."""
+        positions 0..W-1 (tokens [B, W+1]: the prompts, padded; every prompt has at least 2
+        tokens, SpeculativeDecoder.generate checks), and the first g: the guess after each
+        row's second-to-last token."""
         b, w, c = hidden.shape
-        if w == 0:
-            return hidden.new_zeros(b, c)
         positions = torch.arange(w, device=tokens.device).expand(b, w)
         guesses = self.head(self.target, hidden, tokens[:, 1 : w + 1], positions)
-        index = (lengths - 2).clamp(min=0)
-        g = guesses.gather(1, index[:, None, None].expand(-1, 1, c))[:, 0]
-        return torch.where((lengths >= 2)[:, None], g, 0)
+        return guesses.gather(1, (lengths - 2)[:, None, None].expand(-1, 1, c))[:, 0]
 
     def propose(
         self,
