@@ -322,8 +322,17 @@ def run(args: argparse.Namespace) -> int:
     if "batch" not in skip:
         batch_sizes, ks_batch = comma_ints(args.batch_sizes), comma_ints(args.batch_ks)
         print("3. batch\n" + bench_proposers.batch_header(ks_batch), flush=True)
+        names = [p.strip() for p in args.batch_proposers.split(",") if p.strip()]
+        batch_proposers = tuple(p for p in names if p != "feature_head" or decoder.head)
         report["batch"] = bench_proposers.batch_table(
-            decoder, prompts, temperatures, batch_sizes, ks_batch, args.max_new_tokens, args.repeats
+            decoder,
+            prompts,
+            temperatures,
+            batch_sizes,
+            ks_batch,
+            args.max_new_tokens,
+            args.repeats,
+            batch_proposers,
         )
     if "proposers" not in skip:
         run_proposers(report, decoder, prompts, temperatures, args)
@@ -353,7 +362,14 @@ def run(args: argparse.Namespace) -> int:
     (out / "bench.md").write_text(render_markdown(report, text_chart))
     print(text_chart)
     print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")
-    return 0
+    under = [r for r in report.get("batch", []) if not r["auto_kept_bound"]]
+    for r in under:
+        held_out = r["auto_over_best_fixed_held_out"]["median"]
+        print(
+            f"auto under {bench_proposers.AUTO_BOUND}x the best fixed K: {r['proposer']}, "
+            f"B = {r['B']}, T = {r['temperature']:g}: {held_out:.2f}"
+        )
+    return 1 if under else 0
 
 
 def run_proposers(

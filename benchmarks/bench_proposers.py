@@ -4,8 +4,10 @@
    sets from the corpus's held-out files: "plain" (continue a cut of a file) and "edit" (a
    held-out function, then its first line again: continuing means repeating code the prompt
    already holds, as an edit does). Each row runs interleaved with K = 0 (A B A B), K = "auto".
-2. Batch: at each batch size and temperature, K = 0, fixed Ks and K = "auto" (draft model) in
-   rotation; each setting's speedup over the K = 0 run of its rotation.
+2. Batch: per proposer (draft model, feature head), at each batch size and temperature, K = 0,
+   fixed Ks and K = "auto" in rotation; each setting's speedup over the K = 0 run of its
+   rotation, what auto's rule predicts per width, and the check that auto keeps AUTO_BOUND of
+   the best fixed K.
 
 Every row reports the median of the per-pair speedups with its 95 % interval and min-max
 (benchmarks.spread), alpha, the mean acceptance length, the K chosen (a histogram) and
@@ -14,6 +16,7 @@ the host lookup's share of the round time.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter
 from dataclasses import fields
@@ -22,8 +25,8 @@ from itertools import zip_longest
 from benchmarks.spread import format_spread, spread
 from minispec.commands.prompts import edit_prompts
 from minispec.decode import SpeculativeDecoder
-from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
-from minispec.policies.width_choice import AdaptiveConfig
+from minispec.params import PROPOSERS, AdaptiveConfig, SamplingParams, SpeculativeConfig
+from minispec.policies.adaptive import AdaptivePolicy
 from minispec.stats import DecodeStats
 from model import tokenizer
 
@@ -143,17 +146,20 @@ def batch_table(
     ks: list[int],
     max_new: int,
     pairs: int,
+    proposers: tuple[str, ...] = ("draft_model",),
 ) -> list[dict]:
-    """Part 2: at each batch size B and temperature, K = 0, each fixed K and K = "auto" (draft
-    model) run in rotation, K=0, K=2, ..., auto, K=0, ...: `pairs` rotations of one batch of B
-    prompts. Each speculative setting's speedup per rotation is its tok/s over the K = 0 run of
-    the same rotation, so a slow spell of the machine hits both sides of a ratio alike."""
+    """Part 2: for each proposer, at each batch size B and temperature, K = 0, each fixed K and
+    K = "auto" run in rotation, K=0, K=2, ..., auto, K=0, ...: `pairs` rotations of one batch
+    of B prompts. Each speculative setting's speedup per rotation is its tok/s over the K = 0
+    run of the same rotation, so a slow spell of the machine hits both sides of a ratio alike.
+    Beside the measured rates, what auto's rule predicts for each width after the cell's runs
+    (AdaptivePolicy.predicted_times), and whether auto kept AUTO_BOUND of the best fixed K."""
     rows = []
     settings = [0, *ks, "auto"]
-    for b in batch_sizes:
+    for proposer, b in itertools.product(proposers, batch_sizes):
         prompts = [tokenizer.encode(texts[i % len(texts)]) for i in range(b)]
         for temperature in temperatures:
-            specs = [SpeculativeConfig(k) for k in settings]
+            specs = [SpeculativeConfig(k, proposer=proposer) for k in settings]
             warm_up(decoder, prompts, specs, temperature)
             runs = [
                 [
@@ -163,7 +169,8 @@ def batch_table(
                 for r in range(pairs)
             ]
             base = statistics.median(rotation[0].tokens_per_second for rotation in runs)
-            row = {"B": b, "temperature": temperature, "tokens_per_s_K0": base}
+            row = {"proposer": proposer, "B": b, "temperature": temperature}
+            row["tokens_per_s_K0"] = base
             # The raw runs, rotation by rotation, for any other pairing a reader wants.
             row["tokens_per_s_by_rotation"] = {
                 f"K={k}": [rotation[i].tokens_per_second for rotation in runs]
@@ -193,9 +200,40 @@ def batch_table(
             row["auto_over_best_fixed_held_out"] = spread(
                 auto_over_held_out_best(row["tokens_per_s_by_rotation"], widths)
             )
+            row["auto_kept_bound"] = row["auto_over_best_fixed_held_out"]["median"] >= AUTO_BOUND
+            row["predicted_tokens_per_s"] = predicted_rates(
+                decoder, specs[-1], prompts, temperature, max_new
+            )
             print(format_batch_row(row, ks), flush=True)
             rows.append(row)
     return rows
+
+
+# Auto's tok/s over the best fixed K's (held out, paired) that every batch cell must keep
+AUTO_BOUND = 0.98
+
+
+def predicted_rates(
+    decoder: SpeculativeDecoder,
+    spec: SpeculativeConfig,
+    prompts: list[list[int]],
+    temperature: float,
+    max_new: int,
+) -> dict[int, float]:
+    """Per width, the tok/s auto's rule predicts for a fresh call of the cell at that width:
+    the batch's new tokens over the predicted time, from what the cell's calls measured."""
+    params = [SamplingParams(temperature=temperature, max_new_tokens=max_new) for _ in prompts]
+    policy = AdaptivePolicy.for_call(
+        decoder.families,
+        spec,
+        params,
+        False,
+        target=decoder.target,
+        draft=decoder.draft,
+        head=decoder.head,
+    )
+    times = policy.predicted_times()
+    return {k: len(prompts) * max_new / t for k, t in zip(spec.widths, times)}
 
 
 def median_speedup(row: dict, k: int) -> float:
@@ -224,21 +262,26 @@ def auto_over_held_out_best(by_rotation: dict[str, list[float]], ks: list[int]) 
 
 
 def batch_header(ks: list[int]) -> str:
-    cells = ["B", "T", "tok/s K=0", *(f"K={k}" for k in ks), "K=auto", "auto / best fixed K"]
-    cells.append("paired by rotation")
+    cells = ["proposer", "B", "T", "tok/s K=0", *(f"K={k}" for k in ks), "K=auto"]
+    cells += ["auto / best fixed K", "paired by rotation"]
     cells.append("paired, best K picked without that rotation")
     cells.append("K chosen by auto (batch rounds)")
+    cells.append("predicted tok/s K=0 .. K=max")
     return "| " + " | ".join(cells) + " |\n|" + "---|" * len(cells)
 
 
 def format_batch_row(row: dict, ks: list[int]) -> str:
     chosen = " ".join(f"{k}:{n}" for k, n in row["K=auto"]["k_histogram"].items())
     paired, held_out = (row[f"auto_over_best_fixed_{how}"] for how in ("paired", "held_out"))
+    predicted = " / ".join(f"{v:.0f}" for v in row["predicted_tokens_per_s"].values())
+    mark = "" if row["auto_kept_bound"] else " **under**"
     return (
-        f"| {row['B']} | {row['temperature']:g} | {row['tokens_per_s_K0']:.1f} | "
+        f"| {row['proposer']} | {row['B']} | {row['temperature']:g} | "
+        f"{row['tokens_per_s_K0']:.1f} | "
         + " | ".join(format_spread(row[f"K={k}"]["speedup"]) for k in [*ks, "auto"])
         + f" | {row['auto_over_best_fixed']:.2f} (K={row['best_fixed_K']}) | "
-        + f"{format_spread(paired, '')} | {format_spread(held_out, '')} | {chosen} |"
+        + f"{format_spread(paired, '')} | {format_spread(held_out, '')}{mark} | {chosen} | "
+        + f"{predicted} |"
     )
 
 
@@ -276,7 +319,7 @@ def render(report: dict, ks: list[int]) -> list[str]:
         lines += [format_row(r) for r in report["proposers"]]
     if "batch" in report:
         lines += [
-            "\n## Batch: fixed K and K = auto against K = 0, in rotation (draft model)\n",
+            "\n## Batch: fixed K and K = auto against K = 0, in rotation\n",
             batch_header(ks),
         ]
         lines += [format_batch_row(r, ks) for r in report["batch"]]

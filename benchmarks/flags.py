@@ -61,6 +61,12 @@ def bench_parser() -> OneLineParser:
         help="the fixed K values of the batch table (part 3), beside K = 0 and K = auto",
     )
     parser.add_argument(
+        "--batch-proposers",
+        type=choice_list(("draft_model", "feature_head")),
+        default="draft_model,feature_head",
+        help="the batch table's proposers (part 3; feature_head with the shipped head only)",
+    )
+    parser.add_argument(
         "--proposers",
         type=table_proposers,
         default="draft_model,ngram,suffix",

@@ -31,9 +31,8 @@ from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
-from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import PROPOSERS, Held, HostProposer, Proposal, Proposer, SuffixIndex
-from minispec.round import RoundState, speculative_round
+from minispec.round import speculative_round
 from minispec.rules import TREE_PROPOSERS
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
@@ -104,31 +103,27 @@ class Round:
     draft_sample_method: str
     rejection_sample_method: str
     eos_token_id: int
-    adaptive: AdaptiveConfig | None  # with a config, the round also chooses the next K
     tree_branching: tuple[int, ...] | None = None  # tree_round's shape; None for the others
 
     def __call__(
         self,
         *,
-        carried: RoundState,
+        state: LoopState,
         constraints: RowConstraints,
         host_proposal: Proposal | None,
-        relative_times: torch.Tensor | None,
         key_positions: torch.Tensor | None,
         num_speculative_tokens: int,
-    ) -> tuple[RoundState, torch.Tensor]:
+    ) -> tuple[LoopState, torch.Tensor]:
         tree = {} if self.tree_branching is None else {"tree_branching": self.tree_branching}
         return self.compiled(
-            carried,
+            state,
             constraints,
             host_proposal,
-            relative_times,
             key_positions,
             num_speculative_tokens=num_speculative_tokens,
             draft_sample_method=self.draft_sample_method,
             rejection_sample_method=self.rejection_sample_method,
             eos_token_id=self.eos_token_id,
-            adaptive=self.adaptive,
             **tree,
         )
 
@@ -141,7 +136,7 @@ class DecodeRun:
     host_proposer: HostProposer | None  # proposes on the host, between rounds
     uses_draft: bool  # whether the draft model's cache must follow the tokens
     policy: Policy  # chooses each round's K
-    state: RoundState  # the batch's LoopState, and what the policy carries through the rounds
+    state: LoopState
     constraints: RowConstraints
     stats: DecodeStats
     on_tokens: OnTokens | None
@@ -329,8 +324,7 @@ class SpeculativeDecoder:
             run = self.start_run(prompts, params, spec, on_tokens, warm_up)
             while not run.done:
                 self.decode_round(run)
-            collect(run.state.loop, run.stats)
-            run.policy.finish(run.stats)
+            collect(run.state, run.stats)
         return GenerationOutput(run.outputs, run.origins, run.stats)
 
     def start_run(
@@ -352,7 +346,6 @@ class SpeculativeDecoder:
                 target=self.target,
                 draft=self.draft,
                 head=self.head,
-                device=self.device,
             )
         else:
             policy = FixedK(spec.num_speculative_tokens, warm_up)
@@ -364,8 +357,10 @@ class SpeculativeDecoder:
         tree = spec.proposer in TREE_PROPOSERS and widest
         stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
         start = time.perf_counter()
-        loop = self.prefill(prompts, params, widest, uses_draft, in_round if widest else None)
-        state = RoundState(loop, policy.prepare(loop))
+        state = self.prefill(prompts, params, widest, uses_draft, in_round if widest else None)
+        # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this call
+        # may run, built together.
+        getattr(compiled, "expect", lambda widths: None)(spec.widths)
         stats.time_prefill = time.perf_counter() - start
         return DecodeRun(
             round=Round(
@@ -373,7 +368,6 @@ class SpeculativeDecoder:
                 draft_sample_method=spec.draft_method,
                 rejection_sample_method=spec.rejection_sample_method,
                 eos_token_id=self.eos_token_id,
-                adaptive=policy.adaptive,
                 tree_branching=spec.tree.branching if tree else None,
             ),
             host_proposer=proposer if isinstance(proposer, HostProposer) else None,
@@ -393,8 +387,7 @@ class SpeculativeDecoder:
         """One iteration: the policy's K, a host proposer's drafts (if any), then Algorithm 1's
         propose, verify, accept and advance in one compiled call, one host read of its
         snapshot, emit, and the policy told what happened."""
-        plan = run.policy.plan()
-        k = plan.num_speculative_tokens
+        k = run.policy.plan()
         start, catch_up = time.perf_counter(), 0.0
         longest = max(map(len, run.histories))  # the batch's largest seq_len, known on the host
         host_proposal = None
@@ -403,13 +396,12 @@ class SpeculativeDecoder:
             run.stats.time_lookup += time.perf_counter() - start
         if k and run.uses_draft and run.draft_behind:
             catch_up = time.perf_counter()
-            self.catch_up_draft(run.state.loop, run.draft_behind, longest)
+            self.catch_up_draft(run.state, run.draft_behind, longest)
             catch_up, run.draft_behind = time.perf_counter() - catch_up, 0
         run.state, snapshot = run.round(
-            carried=run.state,
+            state=run.state,
             constraints=run.constraints,
             host_proposal=host_proposal,
-            relative_times=plan.relative_times,
             key_positions=self.key_positions(longest, max(k, run.tree_nodes) if k else 0),
             num_speculative_tokens=k,
         )

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minispec.policies.width_choice import AdaptiveConfig
 from minispec.proposers import PROPOSERS  # the registry: its names are what `proposer` takes
 from minispec.rules import (  # the rules of the values, torch-free: `minispec decode` shares them
     DEFAULT_TREE_BRANCHING,
@@ -87,6 +86,37 @@ class SamplingParams:
         check_range("max_new_tokens", self.max_new_tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    """num_speculative_tokens="auto": the widths it chooses from and how it measures them
+    (minispec/policies/adaptive.py)."""
+
+    widths: tuple[int, ...] = (0, 2, 4, 8)  # each is one compiled round shape
+    prior_alpha: float = 0.7  # a draft's chance to pass before any was measured
+    prior_weight: float = 8.0  # that prior, and each depth's pull to the one above, in counts
+    decay: float = 0.99  # per round with drafts: about the last 100 such rounds' counts matter
+    margin: float = 0.03  # another width must promise to finish this much sooner
+    retime_after: int = 1024  # rounds of a family after which a width's time is taken again
+    probe_within: float = 1.15  # ... if its predicted time is within this factor of the best
+
+    def __post_init__(self) -> None:
+        w = self.widths
+        if not (w and all(isinstance(k, int) and k >= 0 for k in w) and list(w) == sorted(set(w))):
+            raise ValueError(f"widths must be distinct ints >= 0 in increasing order, got {w!r}")
+        if not 0 <= self.prior_alpha <= 1:
+            raise ValueError(f"prior_alpha must be in [0, 1], got {self.prior_alpha}")
+        if not self.prior_weight > 0:
+            raise ValueError(f"prior_weight must be > 0, got {self.prior_weight}")
+        if not 0 <= self.decay < 1:
+            raise ValueError(f"decay must be in [0, 1), got {self.decay}")
+        if not self.margin >= 0:
+            raise ValueError(f"margin must be >= 0, got {self.margin}")
+        if not (isinstance(self.retime_after, int) and self.retime_after >= 1):
+            raise ValueError(f"retime_after must be an int >= 1, got {self.retime_after!r}")
+        if not self.probe_within >= 1:
+            raise ValueError(f"probe_within must be >= 1, got {self.probe_within}")
+
+
 @dataclass(slots=True)
 class SpeculativeConfig:
     """How to speculate. num_speculative_tokens = 0 is plain target-only decoding (the baseline);
@@ -107,7 +137,7 @@ class SpeculativeConfig:
         """TypeError for a value of the wrong type, ValueError for one out of range."""
         if not isinstance(self.adaptive, AdaptiveConfig):
             raise TypeError(
-                f"adaptive must be an AdaptiveConfig (minispec.policies.width_choice), got "
+                f"adaptive must be an AdaptiveConfig (minispec.params), got "
                 f"{type(self.adaptive).__name__}"
             )
         k = self.num_speculative_tokens

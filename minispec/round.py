@@ -7,38 +7,22 @@
   verify   the target's logits at [last, x_1..x_K], one (K+1)-token forward
   accept   the rejection sampler: n accepted drafts + 1 corrective or bonus token
   advance  each row moves by its own kept count; statistics accumulate  (minispec/state.py)
-  adapt    with num_speculative_tokens="auto", the next round's K
-           (minispec/policies/width_choice.py)
 It is a pure function of tensors (the models' KV caches aside), so the decoder compiles it into
 one graph per static shape: one call, one guard check, per round. What one round hands the next
-is one RoundState, its first argument and first output. With K = 0 the propose phase
+is one LoopState, its first argument and first output. With K = 0 the propose phase
 is absent and accept is plain sampling of the target's next token: the baseline.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
-from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState, next_width
 from minispec.proposers import DraftSampling, Proposal, Proposer
 from minispec.rng import round_noise
 from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling import rejection_sample, sample
 from sampling.constraints import RowConstraints, distribution
-
-
-class RoundState(NamedTuple):
-    """What a round carries to the next: the batch's state and, with adaptive K, the policy's
-    per-row estimates. One structure, so that a back end can keep it from round to round in
-    place (the CUDA graphs' carried state, minispec/compilation/), which takes every leaf for a
-    tensor: without adaptive K the estimates are (), which has no leaves, rather than None,
-    which would be one."""
-
-    loop: LoopState
-    adaptive_state: AdaptiveState | tuple[()] = ()
 
 
 def verify(
@@ -103,25 +87,21 @@ def acceptance_probability(
 def speculative_round(
     target: GPT,
     proposer: Proposer | None,
-    carried: RoundState,
+    state: LoopState,
     constraints: RowConstraints,
     host_proposal: Proposal | None = None,
-    relative_times: torch.Tensor | None = None,
     key_positions: torch.Tensor | None = None,
     *,
     num_speculative_tokens: int,
     draft_sample_method: str,
     rejection_sample_method: str,
     eos_token_id: int,
-    adaptive: AdaptiveConfig | None = None,
-) -> tuple[RoundState, torch.Tensor]:
-    """Algorithm 1 once for every row: returns the next RoundState and the snapshot the host
-    reads (with `adaptive`, the round also updates carried.adaptive_state, and the snapshot's
-    NEXT_WIDTH column is the next round's width, an index into adaptive.widths). `proposer`
-    drafts inside the round unless the host proposed (`host_proposal`). `key_positions` [S]:
-    the cache slots the models' forwards read, S past every position the round writes
-    (max(seq_len) + K); None, all of them."""
-    state, k, vocab_size = carried.loop, num_speculative_tokens, target.config.vocab_size
+) -> tuple[LoopState, torch.Tensor]:
+    """Algorithm 1 once for every row: the next LoopState and the snapshot the host reads.
+    `proposer` drafts inside the round unless the host proposed (`host_proposal`).
+    `key_positions` [S]: the cache slots the models' forwards read, S past every position the
+    round writes (max(seq_len) + K); None, all of them."""
+    k, vocab_size = num_speculative_tokens, target.config.vocab_size
     noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rejection_sample_method)
     proposal = beta = None
     if k:
@@ -143,10 +123,4 @@ def speculative_round(
     if getattr(proposer, "reads_hidden", False):  # the hook: a proposer that follows the target
         followed = proposer.follow_target(before, hidden, emitted, num_accepted, key_positions)
         state = state._replace(proposer_state=followed)
-    adaptive_state = carried.adaptive_state
-    if adaptive is not None:
-        adaptive_state, choice = next_width(
-            state, adaptive_state, alpha_stats, adaptive, relative_times
-        )
-        snapshot = torch.cat([snapshot, choice.expand(snapshot.shape[0])[:, None]], 1)
-    return RoundState(state, adaptive_state), snapshot
+    return state, snapshot

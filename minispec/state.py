@@ -14,9 +14,8 @@ import torch
 if TYPE_CHECKING:
     from minispec.stats import DecodeStats
 
-# The snapshot's columns after a row's K + 1 token ids (see advance); with adaptive K one more
-# column, NEXT_WIDTH, holds the next round's width.
-COUNT, NUM_ACCEPTED, NUM_DRAFTS, DONE, NEXT_WIDTH = range(1, 6)
+# The snapshot's columns after a row's K + 1 token ids (see advance).
+COUNT, NUM_ACCEPTED, NUM_DRAFTS, DONE = range(1, 5)
 
 
 class LoopState(NamedTuple):
@@ -192,11 +191,9 @@ class RowResult(NamedTuple):
 
 
 class Snapshot(NamedTuple):
-    """A round's snapshot on the host: one RowResult per row, and the next round's width (an
-    index into the adaptive widths) when the round chose it, else None."""
+    """A round's snapshot on the host: one RowResult per row."""
 
     rows: list[RowResult]
-    next_width: int | None
 
     @classmethod
     def read(cls, snapshot: torch.Tensor, num_speculative_tokens: int) -> Snapshot:
@@ -211,8 +208,7 @@ class Snapshot(NamedTuple):
             )
             for row in values
         ]
-        chosen = values[0][k + NEXT_WIDTH] if len(values[0]) > k + NEXT_WIDTH else None
-        return cls(rows, chosen)
+        return cls(rows)
 
     @property
     def done(self) -> bool:

@@ -16,7 +16,7 @@ import torch
 def expected_tokens_per_round(alpha, k):
     """Leviathan eq. (1): E[tokens per round] = (1 - alpha^(K+1)) / (1 - alpha), the sum of
     alpha^i for i = 0..K (K + 1 at alpha = 1; K = -1 gives 0). alpha and K are numbers (a float
-    comes back) or tensors that broadcast (adaptive K's, minispec/policies/width_choice.py)."""
+    comes back) or tensors that broadcast."""
     a = torch.as_tensor(alpha, dtype=torch.float64)
     tokens = torch.where(a >= 1, k + 1, (1 - a ** (k + 1)) / (1 - a))
     return tokens if isinstance(alpha, torch.Tensor) else float(tokens)

@@ -21,7 +21,6 @@ import torch
 from minispec.proposers import DraftSampling, FeatureHeadTreeProposer, TreeProposer
 from minispec.proposers.tree import tree_layout
 from minispec.rng import round_noise
-from minispec.round import RoundState
 from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling.constraints import RowConstraints, distribution
@@ -68,23 +67,21 @@ def path_acceptance(
 def tree_round(
     target: GPT,
     proposer: TreeProposer | FeatureHeadTreeProposer,
-    carried: RoundState,
+    state: LoopState,
     constraints: RowConstraints,
     host_proposal=None,
-    relative_times=None,
     key_positions: torch.Tensor | None = None,
     *,
     num_speculative_tokens: int,
     draft_sample_method: str,
     rejection_sample_method: str,
     eos_token_id: int,
-    adaptive=None,
     tree_branching: tuple[int, ...],
-) -> tuple[RoundState, torch.Tensor]:
-    """The tree's round for every row (module docstring): the next RoundState and the
+) -> tuple[LoopState, torch.Tensor]:
+    """The tree's round for every row (module docstring): the next LoopState and the
     snapshot the host reads, laid out as a chain round's with K = the tree's depth
     num_speculative_tokens = len(tree_branching) (SpeculativeConfig.tree, padded to K)."""
-    state, vocab_size = carried.loop, target.config.vocab_size
+    vocab_size = target.config.vocab_size
     tree = tree_shape(tree_branching)
     noise = round_noise(state.seeds, state.seq_len, tree.num_nodes, vocab_size)
     sampling = DraftSampling(constraints, noise.draft, draft_sample_method)
@@ -126,4 +123,4 @@ def tree_round(
             before, states, output.token_ids, output.num_accepted, key_positions
         )
         state = state._replace(proposer_state=followed)
-    return RoundState(state, carried.adaptive_state), snapshot
+    return state, snapshot

@@ -31,8 +31,7 @@ import minispec.compilation.builder
 import minispec.compilation.packages
 from minispec.compilation.aot import AheadOfTime
 from minispec.decode import SpeculativeDecoder
-from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.policies.width_choice import AdaptiveConfig
+from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig
 from minispec.stats import DecodeStats
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -30,15 +30,12 @@ from _enumerate import (
     sequence_law,
 )
 
-import minispec.policies.adaptive
-import minispec.policies.width_choice
 import minispec.proposers
 import minispec.proposers.draft_model
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
-from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.policies.adaptive import RoundTimes
-from minispec.policies.width_choice import AdaptiveConfig
+from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig
+from minispec.policies.adaptive import AdaptivePolicy
 from minispec.proposers import Proposal, Registered, SuffixIndex
 from model import tokenizer
 from model.checkpoint import load_pair
@@ -365,36 +362,18 @@ def test_a_proposer_registered_once_keeps_the_law(monkeypatch: pytest.MonkeyPatc
 
 def test_adaptive_k_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     """K chosen each round from the batch's past: here by a rule as data-dependent as can be
-    (the round's index plus how many rows' running alpha exceed 1/2), so that every width, K = 0
-    included, follows another; the draft model then catches up after K = 0 rounds."""
+    (the round's index plus the parity of the tokens the rows still have to emit), so that every
+    width, K = 0 included, follows another; the draft model then catches up after K = 0
+    rounds."""
     widths = (0, 1, 3)
     chosen = []
 
-    def by_history(
-        alpha: torch.Tensor,
-        active: torch.Tensor,
-        widths: tuple[int, ...],
-        round_time: torch.Tensor,
-        margin: float = 0.0,
-    ) -> torch.Tensor:
-        # A count, not a float sum: a sum's last bits follow the machine's reduction order, and
-        # the test must choose the same widths on every machine.
-        chosen.append((len(chosen) + (alpha > 0.5).sum()) % len(widths))
-        return chosen[-1]
+    def by_history(policy: AdaptivePolicy) -> int:
+        chosen.append((len(chosen) + sum(policy.remaining) % 2) % len(widths))
+        return widths[chosen[-1]]
 
-    monkeypatch.setattr(minispec.policies.width_choice, "choose_width", by_history)  # in the round
-    monkeypatch.setattr(minispec.policies.adaptive, "choose_width", by_history)  # the first K
-
-    # Every width timed already: otherwise the first rounds would time the widths in turn
-    # (AdaptivePolicy), and in a NEW_TOKENS-long run the rule would hardly choose at all.
-    def timed(c: float) -> RoundTimes:
-        times = RoundTimes(c)
-        for k in widths:
-            times.observe(k, 1e-3 * (1 + k))
-        return times
-
-    monkeypatch.setattr(minispec.policies.adaptive, "RoundTimes", timed)
+    monkeypatch.setattr(AdaptivePolicy, "choose", by_history)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
     spec = SpeculativeConfig("auto", "probabilistic", adaptive=AdaptiveConfig(widths=widths))
     assert fit_p_value(spec, groups, seed_base=99_000_000, rows_per_group=2500) > FALSE_ALARM
-    assert len(set(int(c) for c in chosen[:-1])) == len(widths)  # every width ran
+    assert len(set(int(c) for c in chosen[:-1])) == len(widths), chosen  # every width ran

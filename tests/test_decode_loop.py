@@ -26,16 +26,14 @@ from _enumerate import (
 import minispec.compilation.announce
 import minispec.decode as decode
 import minispec.policies.adaptive
-import minispec.policies.width_choice
 import minispec.rng
 import minispec.round
 import minispec.state
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
-from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
-from minispec.policies.width_choice import AdaptiveConfig, AdaptiveState
+from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig, row_constraints
+from minispec.policies.adaptive import AdaptivePolicy
 from minispec.proposers import SuffixIndex, SuffixProposer
-from minispec.round import RoundState
 from minispec.state import LoopState, Snapshot, advance, alpha_statistics
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
@@ -133,7 +131,6 @@ def test_advance_truncates_at_eos_and_max_new_tokens() -> None:
     result = Snapshot.read(snapshot, k)
     assert [len(row.token_ids) for row in result.rows] == counts
     assert [row.done for row in result.rows] == new.done.tolist()
-    assert result.next_width is None
     for row in range(b):
         kept = emitted[row, : counts[row]].tolist()
         assert result.rows[row].token_ids == kept
@@ -318,9 +315,8 @@ def test_cache_check_catches_a_draft_that_never_sees_its_last_accepted_token() -
 def widths_in_turn(monkeypatch: pytest.MonkeyPatch, schedule: list[int]) -> None:
     """Adaptive K's choice replaced by a fixed cycle of width indices (the first round too)."""
     turn = iter(schedule * 100)
-    pick = lambda *args, **kwargs: torch.tensor(next(turn))  # noqa: E731
-    monkeypatch.setattr(minispec.policies.width_choice, "choose_width", pick)
-    monkeypatch.setattr(minispec.policies.adaptive, "choose_width", pick)
+    pick = lambda policy: policy.widths[next(turn)]  # noqa: E731
+    monkeypatch.setattr(minispec.policies.adaptive.AdaptivePolicy, "choose", pick)
 
 
 def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -493,7 +489,7 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
         decoder.compiled_round("draft_model")[0],
-        RoundState(state),
+        state,
         row_constraints(params, decoder.device),
         num_speculative_tokens=k,
         draft_sample_method=method,
@@ -503,26 +499,22 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
-def test_the_adaptive_round_with_a_host_proposal_is_one_graph() -> None:
-    """A host proposer's proposal as an input and adaptive K's choice, traced as one graph with
-    no break."""
+def test_the_round_with_a_host_proposal_is_one_graph() -> None:
+    """A host proposer's proposal as an input, traced as one graph with no break."""
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*float64_pair(), compile=False, suffix_index=index)
     params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, 2)
-    adaptive = AdaptiveConfig(widths=(0, 2))
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
         None,
-        RoundState(state, AdaptiveState.start(2, adaptive.prior_alpha)),
+        state,
         row_constraints(params, decoder.device),
         SuffixProposer(index).host_propose([[1, 2], [3, 4, 5]], 2),
-        torch.ones(2, dtype=torch.float64),
         num_speculative_tokens=2,
         draft_sample_method="probabilistic",
         rejection_sample_method="block",
         eos_token_id=EOS_TOKEN_ID,
-        adaptive=adaptive,
     )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
@@ -585,9 +577,9 @@ def record_round_times(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float
     observed: list[tuple[int, float]] = []
     observe = minispec.policies.adaptive.RoundTimes.observe
 
-    def recording_observe(self, k: int, seconds: float, previous=None) -> None:
+    def recording_observe(self, k: int, seconds: float) -> None:
         observed.append((k, seconds))
-        observe(self, k, seconds, previous)
+        observe(self, k, seconds)
 
     monkeypatch.setattr(minispec.policies.adaptive.RoundTimes, "observe", recording_observe)
     return observed
@@ -665,28 +657,26 @@ def test_greedy_and_sampled_calls_share_the_round_graph(monkeypatch: pytest.Monk
     assert len(decoder.families) == 5
 
 
-def test_a_calls_rows_start_from_the_alpha_the_familys_last_call_measured(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A draft equal to the target (alpha = 1): the first call's rows start at the configured
-    prior, the next call's at what the first measured; a fixed K learns nothing."""
+def test_a_familys_acceptance_carries_over_to_its_next_call() -> None:
+    """A draft equal to the target (every draft passes): after one "auto" call the family's
+    per-depth acceptance is near 1 at every depth the call ran, and the next call of the family
+    starts from it; a fixed K measures nothing."""
     target = random_gpt(32, 3, scale=1.5, max_seq_len=40)
     decoder = SpeculativeDecoder(target, perturbed_copy(target, 4, mix=0.0), compile=False)
-    priors: list[list[float]] = []
-    prepare = minispec.policies.adaptive.AdaptivePolicy.prepare
-
-    def recording_prepare(self, state):
-        adaptive_state = prepare(self, state)
-        priors.append(adaptive_state.prior.tolist())
-        return adaptive_state
-
-    monkeypatch.setattr(minispec.policies.adaptive.AdaptivePolicy, "prepare", recording_prepare)
     params = [SamplingParams(temperature=0.0, max_new_tokens=12)]
-    specs = (SpeculativeConfig(2), SpeculativeConfig("auto"), SpeculativeConfig("auto"))
-    stats = [decoder.generate([[1, 2]], params, spec).stats for spec in specs]
-    assert stats[1].alpha == 1.0 and len(decoder.families) == 1
-    measured = (stats[1].alpha_sum + 0.7 * 2) / (stats[1].alpha_count + 2)  # shrunk as a row's
-    assert priors == [[0.7], [pytest.approx(measured)]] and measured > 0.9
+    decoder.generate([[1, 2]], params, SpeculativeConfig(2))
+    assert not decoder.families
+    spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(2, 4)))  # it drafts
+    assert decoder.generate([[1, 2]], params, spec).stats.alpha == 1.0
+    (family,) = decoder.families.values()
+    counts = family.acceptance
+    assert counts.reached[0] > 0 and counts.passed == counts.reached  # every draft passed
+    rates = counts.rates(spec.adaptive.prior_alpha, spec.adaptive.prior_weight)
+    assert min(rates) > spec.adaptive.prior_alpha
+    policy = AdaptivePolicy.for_call(
+        decoder.families, spec, params, False, target=target, draft=decoder.draft
+    )
+    assert policy.family is family
 
 
 def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
@@ -706,6 +696,7 @@ def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
         return catch_up(self, state, tokens_behind, longest)
 
     monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
+    widths_in_turn(monkeypatch, [0, 0, 1, 1])  # each width twice in a row: each is timed
     observed = record_round_times(monkeypatch)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=False)
     spec = SpeculativeConfig("auto", adaptive=AdaptiveConfig(widths=(0, 2)))

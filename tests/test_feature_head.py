@@ -23,7 +23,7 @@ from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import DraftSampling
 from minispec.rng import round_noise
-from minispec.round import RoundState, speculative_round
+from minispec.round import speculative_round
 from sampling.constraints import distribution
 from sampling.tree import tree_shape
 
@@ -105,7 +105,7 @@ def test_after_rounds_the_guess_is_read_from_true_states() -> None:
     k = 3
     proposer, state = started(decoder, k)
     constraints = row_constraints(PARAMS, torch.device("cpu"))
-    carried, accepted = RoundState(state), []
+    carried, accepted = state, []
     for _ in range(3):
         carried, snapshot = speculative_round(
             target,
@@ -119,7 +119,7 @@ def test_after_rounds_the_guess_is_read_from_true_states() -> None:
         )
         accepted += snapshot[:, k + 2].tolist()
     assert 0 < sum(accepted) < 3 * 2 * k  # rounds with rejections and acceptances
-    loop = carried.loop
+    loop = carried
     for b in range(2):
         tokens = loop.tokens[b, : int(loop.seq_len[b])].tolist()
         expected = reference_guess(target, head, tokens)

@@ -39,7 +39,6 @@ from minispec.commands.front_door import one_line, run
 from minispec.compilation import compile_round
 from minispec.compilation.announce import Announced
 from minispec.compilation.aot import AheadOfTime
-from minispec.policies.width_choice import AdaptiveConfig
 
 ZIP_WRITER = "[enforce fail at inline_container.cc:672] . unexpected pos 4499584 vs 4499472"
 
@@ -97,25 +96,26 @@ def test_a_marker_the_builder_did_not_write_is_one_line_then_eager_then_a_rebuil
     assert torch.equal(tiered(X)[0], 2 * X) and tiered.ran_compiled  # the package took over
 
 
-def double_at_width(x: torch.Tensor, num_speculative_tokens: int, adaptive) -> tuple:
+def double_at_width(x: torch.Tensor, num_speculative_tokens: int) -> tuple:
     return (2 * x,)
 
 
 def test_a_garbage_marker_of_a_sibling_width_is_one_line_and_asked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """An adaptive round asks for its other widths' graphs too (sibling_kwargs), after
-    reading their markers: a garbage one does not keep its graph out of the request."""
+    """A round expecting several widths (an adaptive call) asks for its other widths' graphs
+    too (sibling_kwargs), after reading their markers: a garbage one does not keep its graph
+    out of the request."""
     models = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
     tiered = AheadOfTime(double_at_width, models, "test", tmp_path, "round", background=True)
-    adaptive = AdaptiveConfig(widths=(2, 4))
+    tiered.expect((2, 4))
     flat, spec = [*tiered.buffers().values(), X], tree_flatten((X,))[1]
-    sibling = tiered.paths(flat, spec, {"num_speculative_tokens": 4, "adaptive": adaptive})[0]
+    sibling = tiered.paths(flat, spec, {"num_speculative_tokens": 4})[0]
     marker = packages.failed_marker(sibling)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_bytes(b"\xff\xfe\x00")
     monkeypatch.setattr(builder, "start_builder", lambda folder: None)
-    assert torch.equal(tiered(X, num_speculative_tokens=2, adaptive=adaptive)[0], 2 * X)
+    assert torch.equal(tiered(X, num_speculative_tokens=2)[0], 2 * X)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and str(marker) in lines[0] and "K = 2, 4" in lines[1], lines
     assert not lies_there(marker) and sibling in tiered.requested

@@ -70,6 +70,12 @@ class AheadOfTime:
         self.current_buffers: dict[str, torch.Tensor] = {}
         self.buffer_shapes: tuple = ()  # (name, shape) of each of current_buffers
         self.buffers_version: tuple | None = None  # the models' cache_version when last read
+        self.widths: tuple[int, ...] = ()  # the Ks the coming calls may run (expect)
+
+    def expect(self, widths: tuple[int, ...]) -> None:
+        """The Ks the coming calls may run: a graph asked of the builder brings its other
+        widths' graphs with it, in one background process."""
+        self.widths = widths
 
     def __call__(self, *args, **kwargs):
         buffers = self.buffers()
@@ -168,7 +174,9 @@ class AheadOfTime:
         from minispec.compilation import builder
 
         flat = [*buffers.values(), *leaves]
-        siblings = [(self.paths(flat, spec, kw)[0], kw) for kw in sibling_kwargs(kwargs)]
+        siblings = [
+            (self.paths(flat, spec, kw)[0], kw) for kw in sibling_kwargs(kwargs, self.widths)
+        ]
         todo = [
             (p, kw)
             for p, kw in siblings
@@ -309,12 +317,11 @@ class AheadOfTime:
         return run, out_spec
 
 
-def sibling_kwargs(kwargs: dict) -> list[dict]:
-    """The static arguments of the graphs a round with `kwargs` comes with: with an adaptive
-    configuration, one per width, this K first and then the nearest; else `kwargs` alone."""
-    adaptive = kwargs.get("adaptive")
+def sibling_kwargs(kwargs: dict, widths: tuple[int, ...]) -> list[dict]:
+    """The static arguments of the graphs a round with `kwargs` comes with: one per expected
+    width, this K first and then the nearest; `kwargs` alone when one K or none is expected."""
     k = kwargs.get("num_speculative_tokens")
-    if adaptive is None or k is None:
+    if len(widths) < 2 or k not in widths:
         return [kwargs]
-    widths = sorted(adaptive.widths, key=lambda w: (abs(w - k), w))
+    widths = sorted(widths, key=lambda w: (abs(w - k), w))
     return [{**kwargs, "num_speculative_tokens": w} for w in widths]

@@ -1,166 +1,142 @@
-"""Adaptive K as a policy: num_speculative_tokens="auto" (the running alpha and the chooser, which
-run inside the round, are width_choice.py).
+"""Adaptive K as a policy: num_speculative_tokens="auto".
 
-The round chooses the next K from its rows' running alpha and the widths' relative times
-(choose_width, Theorem 3.8), and its choice rides in the snapshot (NEXT_WIDTH). This policy
-follows it, times each round per width into the graph family's RoundTimes, runs a width that is
-due (never timed, or not lately) once first, and after the call folds its measured alpha into
-the family's prior. What it keeps across calls is one FamilyMeasurements per graph family
-(proposer, batch size, sample methods) and kind of batch (all greedy or not), in a dict the
-decoder holds and hands to every call (`families`).
+Before each round the policy runs the width (AdaptiveConfig.widths, one compiled graph each)
+that width_choice.py predicts finishes the call soonest, from two measurements it owns:
+
+- DepthAcceptance: how often a draft at each depth passes once those before it did, counted
+  from the rounds' snapshots (n accepted of L drafts);
+- RoundTimes: each width's round time, from rounds that follow a round of the same width.
+
+It keeps them across calls, one FamilyMeasurements per graph family (proposer, batch size,
+sample methods, all-greedy or not), in a dict the decoder holds (`families`). Exact, like any
+policy: it reads finished rounds only.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
-from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.policies import Plan
-from minispec.policies.width_choice import (
-    AdaptiveConfig,
-    AdaptiveState,
-    AlphaEstimate,
-    choose_width,
-    current_alpha,
-    initial_estimate,
-    update_estimate,
-)
+from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig
+from minispec.policies.width_choice import choose_width, time_to_finish
 from minispec.proposers import PROPOSERS
-from minispec.state import LoopState, Snapshot
-from minispec.stats import DecodeStats
+from minispec.state import Snapshot
 
-# How strongly RoundTimes.relative holds a width to the cost model, against one measured pair
-MODEL_WEIGHT = 1e-3
+
+@dataclass(slots=True)
+class DepthAcceptance:
+    """Decayed counts, per depth d = 1..D, of drafts that reached d (every draft before them
+    passed, and the sampler tested them) and of those that passed.
+
+    rates() shrinks each depth's rate towards the depth above it by `prior_weight` pseudo-
+    counts (depth 1 towards prior_alpha), so a depth seldom reached borrows its parent's rate
+    rather than guessing: a chain that never ran K = 8 prices depth 8 as its deepest measured
+    depth."""
+
+    depths: int
+    reached: list[float] = field(default_factory=list)
+    passed: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reached = self.reached or [0.0] * self.depths
+        self.passed = self.passed or [0.0] * self.depths
+
+    def observe(self, snapshot: Snapshot, decay: float) -> None:
+        """One round's rows: a row with L drafts and n accepted reached depths 1..min(n + 1, L)
+        and passed 1..n. A round without drafts leaves the counts as they are."""
+        rows = [row for row in snapshot.rows if row.token_ids and row.num_drafts]
+        if not rows:
+            return
+        self.reached = [decay * c for c in self.reached]
+        self.passed = [decay * c for c in self.passed]
+        for row in rows:
+            for d in range(min(row.num_accepted + 1, row.num_drafts, self.depths)):
+                self.reached[d] += 1
+                self.passed[d] += d < row.num_accepted
+
+    def rates(self, prior_alpha: float, prior_weight: float) -> list[float]:
+        rates, parent = [], prior_alpha
+        for reached, passed in zip(self.reached, self.passed):
+            parent = (passed + prior_weight * parent) / (reached + prior_weight)
+            rates.append(parent)
+        return rates
 
 
 @dataclass(slots=True)
 class RoundTimes:
-    """Host-side round times per width at the current batch size, for choose_width, in units of
-    a K = 0 round.
-
-    Before a width is measured its time comes from Theorem 3.8's cost model, 1 + K c
-    (c: the draft step over the target step). Keep one per compiled graph family (batch size,
-    sample methods), and never pass it a round that compiled: one such time (seconds to
-    minutes) would price its width out for good.
-
-    Widths are compared only through rounds run one after the other: the machine's speed
-    drifts, and two adjacent rounds share it, so the log of their time ratio measures the two
-    widths' ratio alone. Each pair of widths keeps the median of its last `window` such steps
-    (a stall makes one round slow and so two steps wrong; the median leaves them out), and
-    `relative` fits one log time per width to all of them (least squares, with the model as a
-    faint prior, which fills in widths not yet compared). Only the widths that run are timed,
-    so a width not run for `retime_after` rounds of this family is due to run once more
-    (AdaptivePolicy): else a width whose one step came out slow would never run again."""
+    """Each width's round time in seconds: the median of its last `window` steady rounds, those
+    that ran right after a round of the same width. The first round after a change of width (a
+    different graph, cold caches) and a round that compiled are not a width's time: counted,
+    they priced K = 0, run once a call next to a change, out of large batches where it wins.
+    A width never timed is priced by Theorem 3.8's cost model, 1 + K c target steps (c: a
+    draft step over a target step), scaled from the nearest timed width."""
 
     c: float
     window: int = 9
-    retime_after: int = 128
-    rounds: int = 0  # measured rounds of this family
+    rounds: int = 0  # the family's timed rounds
+    seconds: dict[int, deque[float]] = field(default_factory=dict)
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
-    # (a, b) with a < b: log(time at b / time at a) of adjacent rounds, the latest
-    steps: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+    # The first round after a change of width over that width's time, the latest few
+    changes: deque[float] = field(default_factory=lambda: deque(maxlen=9))
 
-    def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> None:
-        """A round at width k took `seconds`; previous: the (width, seconds) of the round just
-        before it in the same call, if that one was timed."""
+    def observe(self, k: int, seconds: float) -> None:
         self.rounds += 1
         self.last_timed[k] = self.rounds
-        if previous is None or previous[0] == k:
-            return
-        (a, time_a), (b, time_b) = sorted([previous, (k, seconds)])
-        self.steps.setdefault((a, b), deque(maxlen=self.window)).append(math.log(time_b / time_a))
+        self.seconds.setdefault(k, deque(maxlen=self.window)).append(seconds)
 
-    def due(self, widths: tuple[int, ...]) -> int | None:
-        """The width to time next, if any: one never timed, else the longest untimed of those
-        not run for retime_after rounds."""
-        never = [k for k in widths if k not in self.last_timed]
-        if never:
-            return never[0]
-        stale = [k for k in widths if self.rounds - self.last_timed[k] >= self.retime_after]
-        return min(stale, key=self.last_timed.__getitem__, default=None)
+    def observe_change(self, k: int, seconds: float) -> None:
+        """A round at width k that followed a round of another width took `seconds`."""
+        if k in self.seconds:
+            self.changes.append(seconds / self.of(k))
 
-    def relative(self, widths: tuple[int, ...]) -> torch.Tensor:
-        """[W] times in units of widths[0]'s round (K = 0's): the log times that best fit the
-        median step of every pair compared, each pulled towards the model's by MODEL_WEIGHT
-        against one pair's weight of 1. The pull decides only what no pair reaches: a width
-        never compared, and the common scale, which the ratios choose_width takes ignore."""
-        index = {k: i for i, k in enumerate(widths)}
-        pairs = [
-            (a, b, statistics.median(steps))
-            for (a, b), steps in self.steps.items()
-            if a in index and b in index
-        ]
-        rows = torch.zeros(len(pairs) + len(widths), len(widths), dtype=torch.float64)
-        target = torch.zeros(len(pairs) + len(widths), dtype=torch.float64)
-        for row, (a, b, step) in enumerate(pairs):
-            rows[row, index[b]], rows[row, index[a]], target[row] = 1.0, -1.0, step
-        for i, k in enumerate(widths):
-            rows[len(pairs) + i, i] = MODEL_WEIGHT
-            target[len(pairs) + i] = MODEL_WEIGHT * math.log(1 + k * self.c)
-        log_times = torch.linalg.lstsq(rows, target[:, None]).solution[:, 0]
-        return torch.exp(log_times - log_times[0])
+    def change_cost(self) -> float:
+        """What a change of width costs on top of the new width's round, in its rounds."""
+        return max(statistics.median(self.changes) - 1, 0.0) if self.changes else 0.0
 
-
-@dataclass(slots=True)
-class FamilyPrior:
-    """Host-side: the alpha a new call's rows start from, and drift back to, for one graph
-    family (as RoundTimes): the alpha the family's past calls measured, each call's beta pooled
-    over its verified positions, older calls decayed by call_decay, shrunk towards prior_alpha
-    as a row's estimate is (prior_alpha before any call). A pair's alpha can be far from a
-    generic prior (higher at T = 0 than at T = 1), and starting there would spend a call's
-    first rounds at a K too far off. Exact: it reads finished calls only."""
-
-    estimate: AlphaEstimate = field(default_factory=lambda: initial_estimate(1))
-
-    def observe_call(self, alpha_sum: float, alpha_count: int, config: AdaptiveConfig) -> None:
-        """One finished call's totals (DecodeStats.alpha_sum, alpha_count)."""
-        self.estimate = update_estimate(
-            self.estimate,
-            torch.tensor([alpha_sum]),
-            torch.tensor([alpha_count]),
-            config.call_decay,
-            config.call_decay,
-        )
-
-    def alpha(self, config: AdaptiveConfig) -> float:
-        return float(current_alpha(self.estimate, config.prior_alpha, config.prior_weight))
+    def of(self, k: int) -> float:
+        """Width k's time: measured, else the cost model's from the nearest measured width (in
+        units of a K = 0 round when none is)."""
+        if k in self.seconds:
+            return statistics.median(self.seconds[k])
+        model = lambda width: 1 + width * self.c  # noqa: E731
+        near = min(self.seconds, key=lambda w: (abs(w - k), w), default=None)
+        if near is None:
+            return model(k)
+        return statistics.median(self.seconds[near]) * model(k) / model(near)
 
 
 @dataclass(slots=True)
 class FamilyMeasurements:
-    """What adaptive K keeps across calls for one graph family (proposer, batch size, sample
-    methods): its round times per width, and the alpha its calls measured."""
+    """What adaptive K keeps across calls for one graph family."""
 
     times: RoundTimes
-    prior: FamilyPrior = field(default_factory=FamilyPrior)
+    acceptance: DepthAcceptance
 
 
 class AdaptivePolicy:
-    """Which K each round of one call uses: the first round's from the prior (first_width),
-    then the width each round chose for the next; but a width that is due (RoundTimes.due) runs
-    once first. The cost model 1 + K c that prices an untimed width can be far off (at large
-    batches a verify of K + 1 tokens costs much more than one), and a width that looks too dear
-    is never run, so never timed: one round each settles it. warm_up: each width once, in
+    """Which K each round of one call uses: the width of least predicted time, except that a
+    width worth knowing runs twice in a row to be timed (`due`). warm_up: each width once, in
     order, then stop."""
 
     def __init__(
         self,
-        adaptive: AdaptiveConfig,
+        config: AdaptiveConfig,
         family: FamilyMeasurements,
+        max_new_tokens: list[int],
         warm_up: bool = False,
-        device: torch.device | str = "cpu",
     ) -> None:
-        self.adaptive, self.family, self.warm_up, self.device = adaptive, family, warm_up, device
-        self.widths, self.times = adaptive.widths, family.times
-        self.k, *self.pending = self.widths
-        self.relative_times = self.times.relative(self.widths)  # what the round weighs K by
-        self.previous: tuple[int, float] | None = None  # the last round's (K, seconds), if timed
-        self.prior_alpha = family.prior.alpha(adaptive)
+        self.config, self.family, self.warm_up = config, family, warm_up
+        self.widths = config.widths
+        self.remaining = list(max_new_tokens)  # per row; 0 once it is done
+        self.previous: int | None = None  # the last round's K, if its time was a round's
+        self.probe: list[int] = []  # the widths to run next, whatever the prediction says
+        self.k = self.widths[0]
+        if not warm_up:
+            self.k = self.choose()
+        self.pending = list(self.widths[1:]) if warm_up else []
 
     @classmethod
     def for_call(
@@ -173,67 +149,90 @@ class AdaptivePolicy:
         target: torch.nn.Module,
         draft: torch.nn.Module | None,
         head: torch.nn.Module | None = None,
-        device: torch.device | str = "cpu",
     ) -> AdaptivePolicy:
         """The policy of one generate() call, with its graph family's measurements (created on
-        first use in `families`, which the caller keeps across calls). target, draft and head:
-        the models, whose sizes price a width before it was timed (cost_ratio)."""
-        # A batch of greedy rows accepts far more often than a sampled one: its own prior,
+        first use in `families`, which the caller keeps across calls). The models' sizes price
+        a width before it was timed (cost_ratio)."""
+        # A batch of greedy rows accepts far more often than a sampled one: its own counts,
         # though both run the same graphs.
         greedy = all(p.temperature == 0 for p in params)
         key = (spec.proposer, len(params), spec.draft_method, spec.rejection_sample_method, greedy)
         if key not in families:
             drafter = {"draft": draft, "head": head}.get(PROPOSERS[spec.proposer].needs)
             c = cost_ratio(target, drafter) if drafter is not None else 0.0
-            families[key] = FamilyMeasurements(RoundTimes(c))
-        policy = cls(spec.adaptive, families[key], warm_up, device)
-        if not warm_up:
-            policy.k = policy.first_width([p.max_new_tokens for p in params])
-        return policy
+            depths = max(spec.adaptive.widths)
+            families[key] = FamilyMeasurements(RoundTimes(c), DepthAcceptance(depths))
+        max_new = [p.max_new_tokens for p in params]
+        return cls(spec.adaptive, families[key], max_new, warm_up)
 
-    def first_width(self, max_new_tokens: list[int]) -> int:
-        """The first round's K, every row at the prior alpha with all its max_new_tokens to go
-        (later rounds choose inside the round). Host tensors: no device read."""
-        index = choose_width(
-            torch.full((len(max_new_tokens),), self.prior_alpha, dtype=torch.float64),
-            torch.tensor(max_new_tokens),
-            self.widths,
-            self.relative_times,
-            self.adaptive.margin,
+    def predicted_times(self) -> list[float]:
+        """Per width: the time the call has left at that width (width_choice.time_to_finish)."""
+        acceptance = self.family.acceptance.rates(self.config.prior_alpha, self.config.prior_weight)
+        remaining = max(self.remaining)
+        rows = max(sum(r > 0 for r in self.remaining), 1)
+        times, change = self.family.times, self.family.times.change_cost()
+        return [
+            time_to_finish(acceptance, k, times.of(k), remaining, rows)
+            + (change * times.of(k) if k != self.k else 0.0)
+            for k in self.widths
+        ]
+
+    def choose(self) -> int:
+        """The next round's K: a width due for timing, else the prediction's choice."""
+        if self.probe:
+            return self.probe.pop(0)
+        times = self.predicted_times()
+        best = choose_width(times, self.config.margin, self.widths.index(self.k))
+        due = self.due(times)
+        if due is not None and due != best:
+            self.probe = [self.widths[due]]  # twice: the first round after a change is not timed
+            return self.widths[due]
+        return self.widths[best]
+
+    def due(self, times: list[float]) -> int | None:
+        """A width to time now: one never timed in this family, else one not timed for
+        retime_after rounds whose predicted time is within `probe_within` of the best (a width
+        whose last times came out slow would otherwise never run again; one priced out by
+        more would lose). Every width is timed once: the cost model that prices it until then
+        can be wrong either way (a verify of K + 1 tokens costs more than one, and more so in
+        a large batch)."""
+        measured, config = self.family.times, self.config
+        never = [i for i, k in enumerate(self.widths) if k not in measured.last_timed]
+        stale = [
+            i
+            for i, k in enumerate(self.widths)
+            if i not in never
+            and measured.rounds - measured.last_timed[k] >= config.retime_after
+            and times[i] <= min(times) * config.probe_within
+        ]
+        candidates = never or stale
+        return min(
+            candidates, key=lambda i: measured.last_timed.get(self.widths[i], -1), default=None
         )
-        return self.widths[int(index)]
 
-    def prepare(self, state: LoopState) -> AdaptiveState:
-        """Every row's running alpha starts from, and drifts back to, the family's prior."""
-        return AdaptiveState.start(state.tokens.shape[0], self.prior_alpha, state.tokens.device)
-
-    def plan(self) -> Plan:
-        return Plan(self.k, self.relative_times.to(self.device))
+    def plan(self) -> int:
+        return self.k
 
     def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
-        return self.follow(seconds, snapshot.next_width, snapshot.done)
-
-    def follow(self, seconds: float | None, next_width: int, done: bool) -> bool:
-        """After a round at width self.k that took `seconds` (None: it compiled) and chose
-        widths[next_width] for the next: time it, follow its choice (or run a width that is
-        due), and say whether the call is over (`done`: every row is)."""
-        if seconds is not None:
-            self.times.observe(self.k, seconds, self.previous)
-            if self.previous is not None and self.previous[0] != self.k:  # a new step
-                self.relative_times = self.times.relative(self.widths)
-        # A round that compiled breaks the chain: the rounds around it are not adjacent.
-        self.previous = None if seconds is None else (self.k, seconds)
-        if self.warm_up:  # one round per width, whatever the rounds chose
+        """After a round at self.k that took `seconds` (None: it compiled): time it if the round
+        before ran the same width, count its acceptance, and choose the next K."""
+        if seconds is not None and self.previous == self.k:
+            self.family.times.observe(self.k, seconds)
+        elif seconds is not None and self.previous is not None:
+            self.family.times.observe_change(self.k, seconds)
+        self.previous = None if seconds is None else self.k
+        self.family.acceptance.observe(snapshot, self.config.decay)
+        for i, row in enumerate(snapshot.rows):
+            self.remaining[i] = 0 if row.done else self.remaining[i] - len(row.token_ids)
+        if self.warm_up:  # one round per width, whatever the prediction says
             if not self.pending:
                 return True
             self.k = self.pending.pop(0)
             return False
-        due = self.times.due(self.widths)
-        self.k = self.widths[next_width] if due is None else due
-        return done
-
-    def finish(self, stats: DecodeStats) -> None:
-        self.family.prior.observe_call(stats.alpha_sum, stats.alpha_count, self.adaptive)
+        if snapshot.done:
+            return True
+        self.k = self.choose()
+        return False
 
 
 def cost_ratio(target: torch.nn.Module, draft: torch.nn.Module) -> float:

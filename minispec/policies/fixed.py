@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from minispec.policies import Plan
-from minispec.state import LoopState, Snapshot
-from minispec.stats import DecodeStats
+from minispec.state import Snapshot
 
 
 class FixedK:
     """`warm_up`: one round, then stop (it compiles the one graph the call uses)."""
 
-    adaptive = None
-
     def __init__(self, num_speculative_tokens: int, warm_up: bool = False) -> None:
         self.k, self.warm_up = num_speculative_tokens, warm_up
 
-    def prepare(self, state: LoopState) -> tuple[()]:
-        return ()  # the rounds carry nothing for a fixed K
-
-    def plan(self) -> Plan:
-        return Plan(self.k)
+    def plan(self) -> int:
+        return self.k
 
     def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
         return self.warm_up or snapshot.done
-
-    def finish(self, stats: DecodeStats) -> None:
-        pass
