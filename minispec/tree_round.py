@@ -89,8 +89,10 @@ def tree_round(
     last = state.tokens.gather(1, state.seq_len[:, None] - 1)
     tokens = torch.cat([last, proposal.draft_token_ids], 1)
     nodes = list(range(tree.num_nodes + 1))
-    layout = tree_layout(state.seq_len, tree, nodes, target.config.max_seq_len, key_positions)
-    hidden = target.hidden(tokens, **layout)
+    positions, layout = tree_layout(
+        state.seq_len, tree, nodes, target.config.max_seq_len, key_positions
+    )
+    hidden = target.hidden(tokens, positions, layout)
     target_logits = target.logits(hidden)
     output = tree_rejection_sample(
         target_logits,

@@ -8,7 +8,9 @@ model knows nothing of speculation: it maps (tokens, positions) to logits.
 The cache is what makes speculative decoding cheap to roll back. Each row writes its keys and
 values at its own absolute positions, and attention masks keys by position (key <= query).
 Entries past a row's position are therefore invisible, so rejecting drafted tokens is just
-moving the row's position back; the stale entries are overwritten by the next write.
+moving the row's position back; the stale entries are overwritten by the next write. Where a
+forward's tokens are written and what each sees is its CacheLayout: that causal order by
+default, a tree's (minispec/proposers/tree.py) when siblings share a position.
 
 Attention reads only the cache's first S slots, S given by the caller's `key_positions` (the
 arange of the batch's live length): at a large batch the whole cache is what a step reads most,
@@ -21,6 +23,7 @@ computes nothing that only logits need.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +72,26 @@ class KVCache(nn.Module):
         k, v = self.k[rows, :, source], self.v[rows, :, source]  # gathered: copies
         self.k[rows, :, destination] = k
         self.v[rows, :, destination] = v
+
+
+class CacheLayout(NamedTuple):
+    """Where a forward's T tokens sit in the KV cache: each token's keys and values are written
+    at `slots` [B, T], and it attends to the cache's first S slots where `visible` [B, T, S] is
+    True. Built once a forward, read by every layer. `visible` None is a prefill's: the tokens
+    are each row's first T, so they attend causally to one another and read no other slot."""
+
+    slots: torch.Tensor
+    visible: torch.Tensor | None
+
+    @classmethod
+    def causal(
+        cls, positions: torch.Tensor, key_positions: torch.Tensor | None, max_seq_len: int
+    ) -> CacheLayout:
+        """One sequence a row: each token written at its position [B, T], seeing the slots at or
+        below it among key_positions [S] (all max_seq_len slots if None)."""
+        if key_positions is None:
+            key_positions = torch.arange(max_seq_len, device=positions.device)
+        return cls(positions, key_positions[None, None, :] <= positions[:, :, None])
 
 
 def rope_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,30 +158,24 @@ class Attention(nn.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        slots: torch.Tensor | None,
-        mask: torch.Tensor | None,
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: CacheLayout | None
     ) -> torch.Tensor:
-        """slots None: a full forward, causal over the T tokens, bypassing any cache. Else k/v
-        are written to the cache at slots [B, T], and then either the cache's first S slots are
-        read where mask [B, 1, T, S] is True, or, mask None, the T tokens are a prefill (every
-        row at slots 0..T-1) and attend to each other causally."""
+        """No cache, or layout None: a full forward, causal over the T tokens, bypassing any
+        cache. Else k/v are written to the cache at layout.slots, and read as layout.visible
+        says."""
         B, T, C = x.shape
         q, k, v = self.qkv(x, cos, sin)
-        gqa = self.n_kv_head != self.n_head  # SDPA then shares each k/v head among a query group
-        cached = self.kv_cache is not None and slots is not None
+        cached = self.kv_cache is not None and layout is not None
         if cached:
-            cached_k, cached_v = self.kv_cache.update(slots, k, v)
-        if not cached or mask is None:
+            cached_k, cached_v = self.kv_cache.update(layout.slots, k, v)
+        if not cached or layout.visible is None:
             # Training, a full recompute or a prefill: plain causal attention over the T tokens.
+            gqa = self.n_kv_head != self.n_head  # SDPA shares each k/v head among a query group
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
-            live = mask.shape[-1]  # views: no slot past them is read
+            live = layout.visible.shape[-1]  # views: no slot past them is read
             k, v = cached_k.narrow(2, 0, live), cached_v.narrow(2, 0, live)
-            y = cached_attention(q, k, v, mask)
+            y = cached_attention(q, k, v, layout.visible[:, None])  # [B, 1, T, S]: every head
         return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -184,14 +201,9 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        slots: torch.Tensor | None,
-        mask: torch.Tensor | None,
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: CacheLayout | None
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, slots, mask)
+        x = x + self.attn(self.attn_norm(x), cos, sin, layout)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -273,54 +285,38 @@ class GPT(nn.Module):
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
-        key_positions: torch.Tensor | None = None,
-        *,
-        slots: torch.Tensor | None = None,
-        visible: torch.Tensor | None = None,
+        layout: CacheLayout | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens [B, T] -> final states [B, T, C]: the normed top layer the head reads, which a
-        feature-drafting proposer reads too.
-
-        With a cache, `positions` [B, T] gives each token's absolute position (rows may differ) and
-        k/v are written there. Without positions, the tokens are a whole sequence from position 0:
-        attention is causal over them and any attached cache is neither read nor written, so a
-        model a decoder has left its cache on still computes plain logits.
-
-        `key_positions` [S], arange(S) with S above every position: the cache slots attention
-        reads (a tensor, so that a compiled caller can keep S a dynamic size); None reads all
-        max_seq_len. A position at or past S would not see its own key: the caller's bound.
-
-        For tokens that are not one sequence (a tree of drafts, whose siblings share a
-        position), `slots` [B, T] says where each token's k/v go instead of its position, and
-        `visible` [B, T, S] which of the S slots each token attends to instead of those at or
-        below its position.
-        """
+        feature-drafting proposer reads too. With a cache, the tokens sit at positions [B, T]
+        (rows may differ) and in the cache as `layout` says: a CacheLayout (a tree's), or the
+        key_positions of CacheLayout.causal, arange(S) past every position (the slots read;
+        None: all max_seq_len). Without positions, they are a whole sequence from position 0,
+        causal, and no cache is read or written: a model a decoder has left its cache on still
+        computes plain logits."""
         B, T = tokens.shape
-        rope_positions = positions
         if positions is None:
-            rope_positions = torch.arange(T, device=tokens.device).expand(B, T)
-        cos, sin = self.rope_at(rope_positions)
-        mask = None
-        if positions is not None:
-            if key_positions is None:
-                key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
-            if visible is None:
-                visible = key_positions[None, None, :] <= positions[:, :, None]  # [B, T, S]
-            mask = visible[:, None]
-        if slots is None:
-            slots = positions
+            positions, layout = torch.arange(T, device=tokens.device).expand(B, T), None
+        elif not isinstance(layout, CacheLayout):
+            layout = CacheLayout.causal(positions, layout, self.config.max_seq_len)
+        cos, sin = self.rope_at(positions)
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x, cos, sin, slots, mask)
+            x = block(x, cos, sin, layout)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The head over final states [..., C]: logits [..., V] in float32."""
         return self.lm_head(hidden).float()
 
-    def forward(self, tokens: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        """tokens [B, T] -> logits [B, T, V] (float32): `hidden`'s arguments, then the head."""
-        return self.logits(self.hidden(tokens, *args, **kwargs))
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        layout: CacheLayout | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, V] (float32): `hidden`, then the head."""
+        return self.logits(self.hidden(tokens, positions, layout))
 
     def move_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
         """Copy every layer's cache entries at slots source [B, T] to destination [B, T] (a
@@ -344,15 +340,16 @@ class GPT(nn.Module):
         row's prompt, where the row's own tokens overwrite it before any query can see it."""
         B, T = tokens.shape
         positions = torch.arange(T, device=tokens.device).expand(B, T)
+        layout = CacheLayout(positions, None)  # visible None: causal among the T tokens
         cos, sin = self.rope_at(positions)
         x = self.embed(tokens)
         if hidden:  # a proposer reads the final states: the whole last block runs
             for block in self.blocks:
-                x = block(x, cos, sin, positions, None)
+                x = block(x, cos, sin, layout)
             return self.norm(x)
         *inner, last = self.blocks
         for block in inner:
-            x = block(x, cos, sin, positions, None)  # mask None: causal among the T tokens
+            x = block(x, cos, sin, layout)
         _, k, v = last.attn.qkv(last.attn_norm(x), cos, sin)
         last.attn.kv_cache.update(positions, k, v)
         return None

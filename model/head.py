@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.config import GPTConfig
-from model.gpt import GPT, Block, KVCache, rope_tables
+from model.gpt import GPT, Block, CacheLayout, KVCache, rope_tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,22 +106,15 @@ class FeatureHead(nn.Module):
         states: torch.Tensor,
         tokens: torch.Tensor,
         positions: torch.Tensor,
-        key_positions: torch.Tensor | None = None,
-        *,
-        slots: torch.Tensor | None = None,
-        visible: torch.Tensor | None = None,
+        layout: CacheLayout | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Guessed next states [B, T, C] from states [B, T, C] and next tokens [B, T] at
         positions [B, T], through the head's cache (the target's masking by position: a
-        rejected entry is invisible until rewritten). `slots` and `visible` place tokens that
-        are not one sequence (a tree), as for GPT.hidden."""
-        if key_positions is None:
-            key_positions = torch.arange(self.config.max_seq_len, device=tokens.device)
-        if visible is None:
-            visible = key_positions[None, None, :] <= positions[:, :, None]
+        rejected entry is invisible until rewritten); `layout` as for GPT.hidden."""
+        if not isinstance(layout, CacheLayout):
+            layout = CacheLayout.causal(positions, layout, self.config.max_seq_len)
         cos, sin = self.rope_at(positions)
-        x = self.inputs(target, states, tokens)
-        x = self.block(x, cos, sin, positions if slots is None else slots, visible[:, None])
+        x = self.block(self.inputs(target, states, tokens), cos, sin, layout)
         return self.out(self.out_norm(x))
 
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -100,8 +100,9 @@ class FeatureHeadTreeProposer(FeatureHeadProposer):
         def step(x: torch.Tensor, nodes: list[int], width: int) -> torch.Tensor:
             nonlocal parents
             size = self.head.config.max_seq_len
-            layout = tree_layout(state.seq_len - 1, tree, nodes, size, key_positions)
-            parents = self.head(self.target, parents.repeat_interleave(width, 1), x, **layout)
+            positions, layout = tree_layout(state.seq_len - 1, tree, nodes, size, key_positions)
+            guesses = parents.repeat_interleave(width, 1)  # each node reads its parent's
+            parents = self.head(self.target, guesses, x, positions, layout)
             return self.target.logits(parents)
 
         return draft_tree(self.target.logits(parents), tree, sampling, step, state.seq_len)

@@ -10,11 +10,12 @@ needs (the q contract of proposal.py, per sibling). A row at temperature 0, and 
 "greedy" drafts, takes the draft's top b tokens instead, each with a one-hot q. A family of one
 is drawn exactly as the chain proposer draws, so a tree with branching (1, 1, ...) is the chain.
 
-The cache layout: node j of a round that starts at seq_len (the root, node 0, being the row's
-last token at position seq_len - 1) is written to slot seq_len - 1 + j and rotated by its
-position seq_len - 1 + depth(j); it attends to the row's earlier tokens and to its own
-ancestors (`tree_visibility`). After the round the accepted path is moved to the slots of
-its positions (tree_round.py), so the cache again holds one sequence.
+The cache layout (`tree_layout`: positions and a model/gpt.py CacheLayout): node j of a round
+that starts at seq_len (the root, node 0, being the row's last token at position seq_len - 1)
+is written to slot seq_len - 1 + j and rotated by its position seq_len - 1 + depth(j); it
+attends to the row's earlier tokens and to its own ancestors (`tree_visibility`). After the
+round the accepted path is moved to the slots of its positions (tree_round.py), so the cache
+again holds one sequence.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from minispec.proposers.draft_model import first_step
 from minispec.proposers.proposal import DraftSampling, Proposal
 from minispec.state import LoopState
-from model.gpt import GPT
+from model.gpt import GPT, CacheLayout
 from sampling.constraints import distribution
 from sampling.noise import race
 from sampling.tree import TreeShape
@@ -51,20 +52,17 @@ def tree_layout(
     nodes: list[int],
     max_seq_len: int,
     key_positions: torch.Tensor | None,
-) -> dict[str, torch.Tensor | None]:
-    """Where tree nodes `nodes` sit in a forward (the module docstring): their positions,
-    the cache slots they write and the slots each sees, as the keywords of GPT.hidden and
-    FeatureHead.forward; key_positions: the slots read (all max_seq_len if None)."""
+) -> tuple[torch.Tensor, CacheLayout]:
+    """Where tree nodes `nodes` sit in a forward (the module docstring): their positions [B, T]
+    and their CacheLayout (the slots they write, the slots each sees), the arguments of
+    GPT.hidden and FeatureHead.forward; key_positions: the slots read (all max_seq_len if None)."""
     device = seq_len.device
     node = torch.tensor(nodes, device=device)
     depth = torch.tensor([tree.depth[j] for j in nodes], device=device)
     num_slots = max_seq_len if key_positions is None else key_positions.shape[0]
-    return dict(
-        positions=seq_len[:, None] - 1 + depth,
-        key_positions=key_positions,
-        slots=seq_len[:, None] - 1 + node,
-        visible=tree_visibility(seq_len, tree, nodes, num_slots),
-    )
+    slots = seq_len[:, None] - 1 + node
+    visible = tree_visibility(seq_len, tree, nodes, num_slots)
+    return seq_len[:, None] - 1 + depth, CacheLayout(slots, visible)
 
 
 def tree_forward(
@@ -77,8 +75,8 @@ def tree_forward(
 ) -> torch.Tensor:
     """The logits [B, T, V] of tree nodes `nodes` (tokens [B, T]) in one forward of `model`,
     reading the cache slots key_positions (all of them if None)."""
-    layout = tree_layout(seq_len, tree, nodes, model.config.max_seq_len, key_positions)
-    return model(tokens, **layout)
+    positions, layout = tree_layout(seq_len, tree, nodes, model.config.max_seq_len, key_positions)
+    return model(tokens, positions, layout)
 
 
 class TreeProposer:
