@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import torch
 
+from sampling.rules import DEFAULT_METHOD, RULES
+
 MASK32 = 0xFFFFFFFF
 STREAM_DRAFT, STREAM_UNIFORM, STREAM_TARGET = 1, 2, 3
 
@@ -102,12 +104,13 @@ def round_noise(
     start: torch.Tensor,
     num_speculative_tokens: int,
     vocab_size: int,
-    method: str = "standard",
+    method: str = DEFAULT_METHOD,
 ) -> RoundNoise:
     """All the randomness of one round for rows with `seeds` [B] whose first new token is at
-    `start` [B], under rejection `method` (the module docstring says which keys and why)."""
+    `start` [B], under the rejection rule named `method` (the module docstring says which keys
+    and why)."""
     k = num_speculative_tokens
-    if method == "drafter_invariant":
+    if RULES[method].races_every_position:
         noise = position_noise(seeds, start, k + 1, vocab_size)
         return RoundNoise(noise[:, :k], None, noise if k else noise[:, 0])
     draft = exponential_float32(round_keys(seeds, start, STREAM_DRAFT, k), vocab_size)

@@ -27,8 +27,8 @@ DEFAULT_TREE_BRANCHING = (2,)  # two candidates for the first token, a chain bel
 DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
 
 # Copies of the names of registries whose modules import torch (the module docstring):
-# sampling/rejection_args.py's REJECTION_SAMPLE_METHODS, sampling/tree.py's TREE_SAMPLE_METHODS
-# and minispec/proposers/'s PROPOSERS.
+# sampling/rules.py's REJECTION_SAMPLE_METHODS and TREE_SAMPLE_METHODS (its package imports
+# torch) and minispec/proposers/'s PROPOSERS.
 REJECTION_SAMPLE_METHOD_NAMES = ("standard", "block", "drafter_invariant", "naive")
 TREE_SAMPLE_METHOD_NAMES = ("standard", "naive")
 PROPOSER_NAMES = ("draft_model", "feature_head", "head_tree", "ngram", "suffix", "tree")

@@ -6,6 +6,7 @@
 - ``tree_rejection_sample``: the same guarantee for a tree of drafts with several candidates
   per position (SpecInfer's multi-step speculative sampling, Miao et al. 2023), whose shape
   ``tree_shape`` builds.
+- ``sampling.rules``: the rules by name (``method``), each with the fields that set it apart.
 - ``sample``: plain sampling under temperature -> top-k -> top-p, returning the exact probabilities.
 - ``sampling.reference``: a deliberately plain loop version of the rejection sampler, for tests.
 - ``sampling.exact_law``: the exact law of one round by enumeration, in fractions.
@@ -13,14 +14,8 @@
 
 from sampling.constraints import SampleOutput, sample
 from sampling.rejection import PLACEHOLDER_TOKEN_ID, RejectionOutput, rejection_sample
-from sampling.rejection_args import REJECTION_SAMPLE_METHODS
-from sampling.tree import (
-    TREE_SAMPLE_METHODS,
-    TreeOutput,
-    TreeShape,
-    tree_rejection_sample,
-    tree_shape,
-)
+from sampling.rules import REJECTION_SAMPLE_METHODS, TREE_SAMPLE_METHODS
+from sampling.tree import TreeOutput, TreeShape, tree_rejection_sample, tree_shape
 
 __all__ = [
     "PLACEHOLDER_TOKEN_ID",

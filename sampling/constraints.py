@@ -234,9 +234,15 @@ def jit(fn: Callable, **options) -> Callable:
 
 
 @cache
-def _sample_compiled() -> Callable:
-    """The compiled sampler, made once: one graph per (shape, dtype, which filters are on)."""
-    return jit(_sample_core)
+def _compiled(core: Callable) -> Callable:
+    """jit(core), made once per core, so that every call finds the graphs it compiled."""
+    return jit(core)
+
+
+def sampler_core(core: Callable, compiled: bool) -> Callable:
+    """A sampler's tensor code as its entry runs it: compiled, or with ``compiled=False``
+    the same code eagerly."""
+    return _compiled(core) if compiled else core
 
 
 def sample(
@@ -273,5 +279,4 @@ def sample(
             f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
             f"got {list(exponentials.shape)} on {exponentials.device}"
         )
-    core = _sample_compiled() if compiled else _sample_core
-    return core(logits, *params, exponentials.float())
+    return sampler_core(_sample_core, compiled)(logits, *params, exponentials.float())

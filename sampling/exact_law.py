@@ -11,7 +11,8 @@ round keeps X_1..X_t and the (unnormalised) weights of the token Y it then draws
 is shared with the tensor sampler; it is the paper's rule written with whole distributions.
 ``tree_round_law`` does the same for one round of tree verification (sampling/tree.py): every
 family of candidates the drafter can draw, and what the rule then keeps and draws; it shares
-only the tree's numbering (``tree_shape``) with the sampler.
+only the tree's numbering (``tree_shape``) and the rules' fields (sampling/rules.py) with the
+sampler.
 ``chi_square`` and ``chi_square_sf`` judge sampled sequences against such a law.
 """
 
@@ -22,6 +23,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from sampling.rules import RULES as SAMPLER_RULES
 from sampling.tree import tree_shape
 
 Table = Callable[[tuple], Sequence]  # prefix of drafted tokens -> next-token distribution
@@ -226,15 +228,15 @@ def family_outcomes(p: Sequence, tokens: tuple, qs: list, rule: str) -> tuple[li
         first = next((i for i, x in enumerate(tokens) if x == top), None)
         chosen = [int(i == first) for i in range(len(tokens))]
         return chosen, [w * (v == top) for v, w in enumerate(p)]  # in p's type: exact stays so
+    subtracts_rejected = SAMPLER_RULES[rule].subtracts_rejected
     chosen, reach, current = [], 1, list(p)
     for x, q in zip(tokens, qs):
-        tested = p if rule == "naive" else current  # naive: every sibling against p
+        tested = current if subtracts_rejected else p  # naive: every sibling against p
         accept = min(1, tested[x] / q[x]) if q[x] else 0
         chosen.append(reach * accept)
         reach *= 1 - accept
-        base = p if rule == "naive" else current
-        excess = residual(1, base, q)
-        current = _normalised(excess) if sum(excess) else base  # no mass: keep r
+        excess = residual(1, tested, q)
+        current = _normalised(excess) if sum(excess) else tested  # no mass: keep r
     return chosen, current
 
 

@@ -2,9 +2,9 @@
 verification (Sun et al. 2024), the drafter-invariant rule (Daliri et al. 2024) and tree
 verification (SpecInfer, Miao et al. 2023; sampling/tree.py), one request and one position (or
 node) at a time. It is slow on purpose and shares no code with the tensor version apart from the
-argument handling (and the tree's shape, ``sampling.tree.TreeShape``), so tests can hold the
-compiled sampler to it bit for bit, given the same uniforms and exponentials. Not for
-production use.
+argument handling, the rules' fields (sampling/rules.py) and the tree's shape
+(``sampling.tree.TreeShape``), so tests can hold the compiled sampler to it bit for bit, given
+the same uniforms and exponentials. Not for production use.
 """
 
 import math
@@ -13,8 +13,8 @@ import torch
 
 from sampling.constraints import normalize_params
 from sampling.rejection import PLACEHOLDER_TOKEN_ID, RejectionOutput
-from sampling.rejection_args import REJECTION_SAMPLE_METHODS
-from sampling.tree import TREE_SAMPLE_METHODS, TreeOutput, TreeShape
+from sampling.rules import DEFAULT_METHOD, TREE_SAMPLE_METHODS, Rule, rule_named
+from sampling.tree import TreeOutput, TreeShape
 
 
 def target_distribution(
@@ -123,7 +123,7 @@ def _block_request(p, q, drafts: list[int], uniforms: list[float], noise) -> lis
 
 
 def _tokenwise_request(
-    p, q, drafts: list[int], uniforms: torch.Tensor, temperature: float, method: str, noise
+    p, q, drafts: list[int], uniforms: torch.Tensor, temperature: float, rule: Rule, noise
 ) -> list[int]:
     """The token-wise rule for one request: the accepted drafts, then the corrective token
     (after a rejection) or the bonus token (after none)."""
@@ -136,7 +136,7 @@ def _tokenwise_request(
             p_x, q_x = float(p_i[x]), float(q_i[x])
             accept = p_x > 0 and q_x > 0 and p_x >= float(uniforms[i]) * q_x
         if not accept:
-            residual = p_i if method == "naive" else (p_i - q_i).clamp(min=0)
+            residual = (p_i - q_i).clamp(min=0) if rule.subtracts_rejected else p_i
             if not bool((residual > 0).any()):  # rounding left no mass: fall back to p
                 residual = p_i
             return emitted + [draw(residual, noise)]
@@ -165,11 +165,11 @@ def rejection_sample(
     top_p,
     uniforms: torch.Tensor | None,
     exponentials: torch.Tensor,
-    method: str = "standard",
+    method: str = DEFAULT_METHOD,
     num_draft_tokens: torch.Tensor | None = None,
 ) -> RejectionOutput:
     """Same contract as ``sampling.rejection_sample``, except the randomness must be given."""
-    assert method in REJECTION_SAMPLE_METHODS
+    rule = rule_named(method)
     batch_size, num_drafts = draft_token_ids.shape
     params = normalize_params(temperature, top_k, top_p, batch_size, torch.device("cpu"))
     token_ids = torch.full((batch_size, num_drafts + 1), PLACEHOLDER_TOKEN_ID)
@@ -185,21 +185,21 @@ def rejection_sample(
         probs = None if draft_probs is None else draft_probs[b]
         p, q = _request_laws(target_logits[b], probs, drafts, t, k, top_p_b)
         noise = exponentials[b].cpu()
-        if method == "drafter_invariant":  # noise: one row per position, [K+1, V]
+        if rule.races_every_position:  # noise: one row per position, [K+1, V]
             emitted = _drafter_invariant_request(p, drafts, noise)
         # Block verification with a one-hot draft or a greedy target accepts exactly as the
         # token-wise rule does; the tensor version runs that rule then, and so does this one.
-        elif method == "block" and draft_probs is not None and t > 0:
+        elif rule.block_verification and draft_probs is not None and t > 0:
             emitted = _block_request(p, q, drafts, uniforms[b].tolist(), noise)
         else:
-            emitted = _tokenwise_request(p, q, drafts, uniforms[b], t, method, noise)
+            emitted = _tokenwise_request(p, q, drafts, uniforms[b], t, rule, noise)
         token_ids[b, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
         num_accepted[b] = len(emitted) - 1
     return RejectionOutput(token_ids, num_accepted)
 
 
 def _family(
-    p: list[float], children: list[int], x: list[int], q, uniforms: list[float], method: str
+    p: list[float], children: list[int], x: list[int], q, uniforms: list[float], rule: Rule
 ) -> tuple[int | None, list[float]]:
     """One family's tests, sibling by sibling, in float64: the first child that passes against
     the current residual r (None if none does), and the residual left after the last one.
@@ -207,14 +207,13 @@ def _family(
     residual = p
     for c in children:
         q_c = q(c)
-        tested = p if method == "naive" else residual  # naive: every sibling against p
+        tested = residual if rule.subtracts_rejected else p  # naive: every sibling against p
         r_x, q_x = tested[x[c]], q_c[x[c]]
         if r_x > 0 and q_x > 0 and r_x >= uniforms[c] * q_x:  # u <= r(x) / q(x), no division
             return c, residual
-        base = p if method == "naive" else residual
-        excess = [max(r_v - q_v, 0.0) for r_v, q_v in zip(base, q_c)]
+        excess = [max(r_v - q_v, 0.0) for r_v, q_v in zip(tested, q_c)]
         mass = sum(excess)
-        residual = [e / mass for e in excess] if mass > 0 else base  # no mass: keep r
+        residual = [e / mass for e in excess] if mass > 0 else tested  # no mass: keep r
     return None, residual
 
 
@@ -242,7 +241,7 @@ def _tree_request(
     uniforms: list[float],
     real: list[bool],
     greedy: bool,
-    method: str,
+    rule: Rule,
     noise: torch.Tensor,
 ) -> tuple[list[int], int]:
     """The tree rule for one request, family by family from the root: the accepted path (node
@@ -255,7 +254,7 @@ def _tree_request(
             top = int(p_node.argmax())
             chosen = next((c for c in children if x[c] == top), None)
         else:
-            chosen, residual = _family(p_node.tolist(), children, x, q, uniforms, method)
+            chosen, residual = _family(p_node.tolist(), children, x, q, uniforms, rule)
         # Every child rejected: the draw from r_b; no child to test (a leaf, or every child
         # masked): r_b is p, the bonus.
         if chosen is None:
@@ -276,12 +275,12 @@ def tree_rejection_sample(
     top_p,
     uniforms: torch.Tensor,
     exponentials: torch.Tensor,
-    method: str = "standard",
+    method: str = DEFAULT_METHOD,
     node_mask: torch.Tensor | None = None,
 ) -> TreeOutput:
     """Same contract as ``sampling.tree_rejection_sample``, except the randomness must be
     given. Node j's draft, uniform, q and mask are column j - 1 of theirs."""
-    assert method in TREE_SAMPLE_METHODS
+    rule = rule_named(method, TREE_SAMPLE_METHODS)
     batch_size, num_nodes = draft_token_ids.shape
     params = normalize_params(temperature, top_k, top_p, batch_size, torch.device("cpu"))
     token_ids = torch.full((batch_size, tree.max_depth + 1), PLACEHOLDER_TOKEN_ID)
@@ -300,7 +299,7 @@ def tree_rejection_sample(
             real.append(mask[j - 1] and real[tree.parent[j]])
         u = [0.0] + uniforms[b].tolist()
         noise = exponentials[b].cpu()
-        path, token = _tree_request(tree, p, q, x, u, real, t == 0, method, noise)
+        path, token = _tree_request(tree, p, q, x, u, real, t == 0, rule, noise)
         emitted = [x[c] for c in path] + [token]
         token_ids[b, : len(emitted)] = torch.tensor(emitted, dtype=torch.int64)
         num_accepted[b] = len(path)

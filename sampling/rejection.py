@@ -49,8 +49,7 @@ Step by step, ``_rejection_core`` is Algorithm 1 for a whole batch at once; ``re
 the same rules as loops, for reading and for the tests.
 """
 
-from functools import cache
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -59,15 +58,16 @@ from sampling.constraints import (
     RowConstraints,
     distribution,
     filtered_logits,
-    jit,
     log_normalizer,
     normalize_params,
+    sampler_core,
 )
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 from sampling.rejection_args import check_arguments, exponentials_shape
+from sampling.rules import DEFAULT_METHOD, Rule, rule_named
 
-# Emitted past each row's corrective/bonus token. The method names (REJECTION_SAMPLE_METHODS),
-# the noise's shapes and the argument checks live in sampling/rejection_args.py.
+# Emitted past each row's corrective/bonus token. The rules (REJECTION_SAMPLE_METHODS) live in
+# sampling/rules.py, the noise's shapes and the argument checks in sampling/rejection_args.py.
 PLACEHOLDER_TOKEN_ID = -1
 
 
@@ -87,7 +87,7 @@ def rejection_sample(
     uniforms: torch.Tensor | None = None,
     exponentials: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
-    method: str = "standard",
+    method: str = DEFAULT_METHOD,
     compiled: bool = True,
     check_values: bool = True,
     num_draft_tokens: torch.Tensor | None = None,
@@ -98,16 +98,18 @@ def rejection_sample(
     as the drafts were drawn (None: a one-hot, greedy draft). temperature / top_k / top_p: a
     scalar or a [B] tensor each. uniforms float64 [B, K] and exponentials float32 [B, V] are the
     randomness (drafter_invariant: no uniforms, exponentials [B, K+1, V], one row per position);
-    each is drawn from ``generator`` when None. ``method``: one of
-    REJECTION_SAMPLE_METHODS. ``num_draft_tokens`` int64 [B] (None: K each) gives rows with
-    fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never read. L_b may depend on
-    the drafts and on anything before this call, but not on this call's uniforms.
+    each is drawn from ``generator`` when None. ``method``: the name of a rule of
+    sampling/rules.py, one of REJECTION_SAMPLE_METHODS. ``num_draft_tokens`` int64 [B] (None: K
+    each) gives rows with fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never
+    read. L_b may depend on the drafts and on anything before this call, but not on this call's
+    uniforms.
     ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` skips reading
     tensor arguments' values (the draft-id range, per-row parameters, NaN logits, draft_probs
     that are not distributions, noise out of range) for a caller that validated them once,
     like the decode loop, whose ids come from an argmax or a sample over the same V. Returns
     token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
+    rule = rule_named(method)
     check_arguments(
         target_logits,
         draft_token_ids,
@@ -115,20 +117,19 @@ def rejection_sample(
         uniforms,
         exponentials,
         num_draft_tokens,
-        method,
+        rule,
         check_values,
     )
     batch_size, num_drafts = draft_token_ids.shape
     vocab_size, device = target_logits.shape[-1], target_logits.device
-    method = _effective_method(method, draft_probs, temperature)
+    rule = _effective_rule(rule, draft_probs, temperature)
     params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
-    if uniforms is None and method != "drafter_invariant":  # it reads none
+    if uniforms is None and not rule.races_every_position:  # drafter_invariant reads none
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
     if exponentials is None:
-        shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
+        shape = exponentials_shape(rule, batch_size, num_drafts, vocab_size)
         exponentials = draw_exponentials(shape, generator, device)
-    core = _rejection_compiled() if compiled else _rejection_core
-    return core(
+    return sampler_core(_rejection_core, compiled)(
         target_logits,
         draft_token_ids,
         draft_probs,
@@ -136,25 +137,19 @@ def rejection_sample(
         None if uniforms is None else uniforms.double(),
         exponentials.float(),
         num_draft_tokens,
-        method,
+        rule,
     )
 
 
-def _effective_method(method: str, draft_probs: torch.Tensor | None, temperature) -> str:
-    """``method``, except that block verification with one-hot drafts or a greedy target
-    accepts exactly as the token-wise rule does (its p_i is then the product of per-token
-    acceptances), so the token-wise rule serves, without block's extra reductions."""
-    if method == "block" and (
+def _effective_rule(rule: Rule, draft_probs: torch.Tensor | None, temperature) -> Rule:
+    """``rule``, except that block verification with one-hot drafts or a greedy target
+    accepts exactly as the token-wise test does (its p_i is then the product of per-token
+    acceptances), so that test serves, without block's extra reductions."""
+    if rule.block_verification and (
         draft_probs is None or (not isinstance(temperature, torch.Tensor) and temperature == 0)
     ):
-        return "standard"
-    return method
-
-
-@cache
-def _rejection_compiled() -> Callable:
-    """The compiled sampler, made once: a graph per (shapes, dtypes, one-hot, filters, method)."""
-    return jit(_rejection_core)
+        return rule._replace(block_verification=False)
+    return rule
 
 
 def _rejection_core(
@@ -167,14 +162,14 @@ def _rejection_core(
     uniforms: torch.Tensor | None,
     exponentials: torch.Tensor,
     num_draft_tokens: torch.Tensor | None,
-    method: str,
+    rule: Rule,
 ) -> RejectionOutput:
     """Algorithm 1 for the whole batch, top to bottom: read the drafts and p, test each draft
     (step 1), count the accepted prefix n (step 2), draw the corrective or bonus token from row
     n (step 3), and lay out the output. Greedy rows ride along, picked per row by torch.where.
-    drafter_invariant has its own steps (``_drafter_invariant``)."""
+    A rule that races at every position has its own steps (``_drafter_invariant``)."""
     drafts = _read_drafts(draft_token_ids, num_draft_tokens)
-    if method == "drafter_invariant":
+    if rule.races_every_position:
         constraints = RowConstraints(temperature, top_k, top_p)
         return _drafter_invariant(target_logits, constraints, drafts, exponentials)
     greedy = temperature == 0
@@ -184,7 +179,7 @@ def _rejection_core(
     p_x, q_x = _draft_likelihoods(target, drafts.ids, draft_probs)
     greedy_accepted = _greedy_accepted(target, drafts)
     weight_at_tau = None
-    if method == "block":
+    if rule.block_verification:
         # A greedy row keeps the token-wise n: with a one-hot target, p_i is 1 while the drafts
         # match the argmax and 0 after, so both rules give the same n and the same argmax token.
         tau, weight_at_tau = _block_accepted(target, p_x, q_x, draft_probs, uniforms, drafts)
@@ -192,7 +187,7 @@ def _rejection_core(
     else:
         num_accepted = _tokenwise_accepted(p_x, q_x, uniforms, drafts, greedy, greedy_accepted)
     token = _corrective_or_bonus(
-        target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, method
+        target, drafts, draft_probs, num_accepted, weight_at_tau, exponentials, greedy, rule
     )
     return RejectionOutput(_emitted(drafts.ids, num_accepted, token), num_accepted)
 
@@ -382,19 +377,19 @@ def _corrective_or_bonus(
     weight_at_tau: torch.Tensor | None,
     exponentials: torch.Tensor,
     greedy: torch.Tensor,
-    method: str,
+    rule: Rule,
 ) -> torch.Tensor:
     """Step 3, one draw per request [B], from row n only: the corrective token from the
     residual if n < L, else the bonus from p. A greedy row takes the argmax instead."""
     rows = torch.arange(n.shape[0], device=n.device)
     p_n = (target.filtered[rows, n] - target.log_norm[rows, n][:, None]).exp()  # [B, V]
-    if method == "naive":  # the wrong rule, kept to show its bias: resample p after a rejection
-        weights = p_n
-    else:
+    if rule.subtracts_rejected:
         residual = _residual(p_n, rows, drafts, draft_probs, n, weight_at_tau)
         weights = torch.where((n < drafts.count)[:, None], residual, p_n)
+    else:  # the naive rule, kept to show its bias: p itself after a rejection
+        weights = p_n
     token = race(weights, exponentials)
-    if draft_probs is not None and method != "naive":
+    if draft_probs is not None and rule.subtracts_rejected:
         # Rounding can leave the residual without mass (p == q up to an ulp): draw from p then.
         # A one-hot draft cannot get here: its x is rejected only when p(x) < 1, and then some
         # other token has p > 0.

@@ -1,9 +1,9 @@
 """What ``sampling.rejection.rejection_sample`` accepts, and the checks that refuse the rest.
 
-The method names and the shapes of the noise are the sampler's contract with its callers (the
-decode loop's configuration takes its method names from here). ``check_arguments`` refuses an
-argument outside that contract before the rule runs, with a ValueError that names it, so that
-``sampling/rejection.py`` holds only the rule.
+The shapes of the noise are the sampler's contract with its callers, beside the rules' names
+(sampling/rules.py). ``check_arguments`` refuses an argument outside that contract before the
+rule runs, with a ValueError that names it, so that ``sampling/rejection.py`` holds only the
+rule.
 Shape, dtype and device checks never read values, so they cost no device sync; the value checks
 (ids in range, NaN logits, draft_probs that are not distributions, noise out of range) read
 every element, so they run on CPU tensors only, and only with ``check_values``.
@@ -13,20 +13,19 @@ import torch
 
 from sampling.constraints import check_noise_and_logits
 
-# "block" judges the drafted block as a whole (Sun et al. 2024); "drafter_invariant" keeps a draft
-# while it equals the target's own exponential race (Daliri et al. 2024); "naive" is the wrong
-# rule, kept to show its bias. The decode loop's configuration takes its list of names from here.
-REJECTION_SAMPLE_METHODS = ("standard", "block", "drafter_invariant", "naive")
+# Re-exported (the alias says so): minispec/params.py takes the rules' names from here.
+from sampling.rules import REJECTION_SAMPLE_METHODS as REJECTION_SAMPLE_METHODS
+from sampling.rules import Rule
 
 # How far a draft_probs row's sum may stray from 1: float32 rounding over a 128k vocabulary
 # stays far below it, a distribution that is not one (unnormalised weights, a mask) far above.
 PROBABILITY_SUM_TOLERANCE = 1e-3
 
 
-def exponentials_shape(method: str, batch_size: int, num_drafts: int, vocab_size: int) -> tuple:
-    """[B, V]: one race per request, for the corrective or bonus token; drafter_invariant races
-    at every position, [B, K+1, V]."""
-    if method == "drafter_invariant":
+def exponentials_shape(rule: Rule, batch_size: int, num_drafts: int, vocab_size: int) -> tuple:
+    """[B, V]: one race per request, for the corrective or bonus token; a rule that races at
+    every position (drafter_invariant) needs [B, K+1, V]."""
+    if rule.races_every_position:
         return (batch_size, num_drafts + 1, vocab_size)
     return (batch_size, vocab_size)
 
@@ -38,14 +37,15 @@ def check_arguments(
     uniforms,
     exponentials,
     num_draft_tokens,
-    method: str,
+    rule: Rule,
     check_values: bool,
 ) -> None:
-    """ValueError for any argument of ``rejection_sample`` the rule would misread: the method,
-    shapes, counts and ids first (the value checks index by them), then, on the CPU with
-    ``check_values``, the values. ``normalize_params`` checks temperature, top_k and top_p."""
-    _validate(target_logits, draft_token_ids, num_draft_tokens, method, check_values)
-    _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method)
+    """ValueError for any argument of ``rejection_sample`` that ``rule`` would misread: shapes,
+    counts and ids first (the value checks index by them), then, on the CPU with
+    ``check_values``, the values. ``rule_named`` checks the method's name, ``normalize_params``
+    temperature, top_k and top_p."""
+    _validate(target_logits, draft_token_ids, num_draft_tokens, check_values)
+    _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, rule)
     if check_values and target_logits.device.type == "cpu":
         _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_tokens)
 
@@ -135,13 +135,9 @@ def _check_float_tensor(name: str, tensor, shape: tuple, device: torch.device) -
         raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
 
 
-def _validate(
-    target_logits, draft_token_ids, num_draft_tokens, method: str, check_values: bool
-) -> None:
-    """The method, the logits, the drafts and their counts: shape, dtype and device checks, and
-    on the CPU (with ``check_values``) the draft ids' range. No device sync."""
-    if method not in REJECTION_SAMPLE_METHODS:
-        raise ValueError(f"method must be one of {REJECTION_SAMPLE_METHODS}, got {method!r}")
+def _validate(target_logits, draft_token_ids, num_draft_tokens, check_values: bool) -> None:
+    """The logits, the drafts and their counts: shape, dtype and device checks, and on the CPU
+    (with ``check_values``) the draft ids' range. No device sync."""
     _check_logits_and_drafts(target_logits, draft_token_ids)
     device = target_logits.device
     _check_num_draft_tokens(num_draft_tokens, draft_token_ids.shape[0], device)
@@ -153,14 +149,14 @@ def _validate(
         _check_draft_values(draft_token_ids, num_draft_tokens, target_logits.shape[-1])
 
 
-def _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, method) -> None:
+def _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, rule) -> None:
     """draft_probs [B, K, V], uniforms [B, K] and exponentials (``exponentials_shape``): each
     None or a float tensor of that shape on the logits' device."""
     batch_size, rows, vocab_size = target_logits.shape
     device, num_drafts = target_logits.device, rows - 1
     _check_float_tensor("draft_probs", draft_probs, (batch_size, num_drafts, vocab_size), device)
     _check_float_tensor("uniforms", uniforms, (batch_size, num_drafts), device)
-    shape = exponentials_shape(method, batch_size, num_drafts, vocab_size)
+    shape = exponentials_shape(rule, batch_size, num_drafts, vocab_size)
     _check_float_tensor("exponentials", exponentials, shape, device)
 
 

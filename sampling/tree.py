@@ -51,9 +51,8 @@ static ancestor matrix. ``sampling.reference.tree_rejection_sample`` is the same
 """
 
 from dataclasses import dataclass
-from functools import cache
 from math import prod
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -62,9 +61,9 @@ from sampling.constraints import (
     RowConstraints,
     check_noise_and_logits,
     filtered_logits,
-    jit,
     log_normalizer,
     normalize_params,
+    sampler_core,
 )
 from sampling.noise import draw_exponentials, draw_uniforms, max_and_argmax, race
 from sampling.rejection import _emitted
@@ -73,9 +72,7 @@ from sampling.rejection_args import (
     _check_float_tensor,
     _check_logits_and_drafts,
 )
-
-# "naive" is the wrong rule (module docstring), kept to show the tests' power.
-TREE_SAMPLE_METHODS = ("standard", "naive")
+from sampling.rules import DEFAULT_METHOD, TREE_SAMPLE_METHODS, Rule, rule_named
 
 
 @dataclass(frozen=True)
@@ -161,7 +158,7 @@ def tree_rejection_sample(
     uniforms: torch.Tensor | None = None,
     exponentials: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
-    method: str = "standard",
+    method: str = DEFAULT_METHOD,
     node_mask: torch.Tensor | None = None,
     compiled: bool = True,
     check_values: bool = True,
@@ -178,6 +175,7 @@ def tree_rejection_sample(
     values, as in ``rejection_sample``. Returns token_ids [B, D+1], num_accepted [B] and the
     accepted node ids path [B, D].
     """
+    rule = rule_named(method, TREE_SAMPLE_METHODS)
     _check_tree_arguments(
         target_logits,
         draft_token_ids,
@@ -186,7 +184,6 @@ def tree_rejection_sample(
         uniforms,
         exponentials,
         node_mask,
-        method,
         check_values,
     )
     batch_size, num_nodes = draft_token_ids.shape
@@ -196,8 +193,7 @@ def tree_rejection_sample(
         uniforms = draw_uniforms((batch_size, num_nodes), generator, device)
     if exponentials is None:
         exponentials = draw_exponentials((batch_size, vocab_size), generator, device)
-    core = _tree_compiled() if compiled else _tree_core
-    return core(
+    return sampler_core(_tree_core, compiled)(
         target_logits,
         draft_token_ids,
         draft_probs,
@@ -206,14 +202,8 @@ def tree_rejection_sample(
         exponentials.float(),
         node_mask,
         tree,
-        method,
+        rule,
     )
-
-
-@cache
-def _tree_compiled() -> Callable:
-    """The compiled rule, made once: a graph per (tree, shapes, one-hot, filters, mask, method)."""
-    return jit(_tree_core)
 
 
 def _tree_core(
@@ -227,7 +217,7 @@ def _tree_core(
     exponentials: torch.Tensor,
     node_mask: torch.Tensor | None,
     tree: TreeShape,
-    method: str,
+    rule: Rule,
 ) -> TreeOutput:
     """The rule for the whole batch: p and the argmax at every node, the family tests (step 1),
     the path (step 2), the one draw at its end (step 3), and the output."""
@@ -236,7 +226,7 @@ def _tree_core(
     row_max, argmax = max_and_argmax(filtered)  # [B, N+1] each
     p = (filtered - log_normalizer(filtered, row_max[..., None])).exp()  # [B, N+1, V]
     nodes = _read_nodes(draft_token_ids, draft_probs, uniforms, node_mask, p.shape[-1], tree)
-    passed, residual = _family_tests(p, argmax, nodes, greedy, tree, method)
+    passed, residual = _family_tests(p, argmax, nodes, greedy, tree, rule)
     on_path = _on_path(_first_passing(passed, tree), tree)
     node_ids = torch.arange(tree.num_nodes + 1, device=p.device)
     last = (on_path.long() * node_ids).amax(dim=-1)  # ids grow with depth: the deepest is e
@@ -304,7 +294,7 @@ def _family_tests(
     nodes: _Nodes,
     greedy: torch.Tensor,
     tree: TreeShape,
-    method: str,
+    rule: Rule,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 1 for every family at once: passed [B, F, b_max] (child of rank r of family P) and
     each family's final residual [B, F, V] float64, what its corrective token is drawn from.
@@ -324,10 +314,10 @@ def _family_tests(
         x_r = x[:, :, r, None]
         # The naive rule tests every sibling against p_P, and draws its corrective token from
         # max(p - q, 0) of the last sibling: wrong as soon as a family has two.
-        tested = target if method == "naive" else residual
+        tested = residual if rule.subtracts_rejected else target
         r_x, q_x = tested.gather(-1, x_r).squeeze(-1), q.gather(-1, x_r).squeeze(-1)
         passed.append((r_x > 0) & (q_x > 0) & (r_x >= nodes.uniforms[:, table[:, r]] * q_x))
-        updated = _next_residual(target if method == "naive" else residual, q)
+        updated = _next_residual(tested, q)
         residual = torch.where(live[:, :, r, None], updated, residual)
     passed = torch.stack(passed, dim=-1) & live
     greedy_passed = (x == argmax[:, :num_families, None]) & live
@@ -388,15 +378,12 @@ def _check_tree_arguments(
     uniforms,
     exponentials,
     node_mask,
-    method: str,
     check_values: bool,
 ) -> None:
-    """Raise ValueError for any argument the rule would misread: the method and the tree, the
-    logits and drafts (``rejection_args``'s checks, with K = N), N against the tree, then
-    draft_probs, the noise and the mask, then (on the CPU, with ``check_values``) their values.
-    The sampling parameters are checked by ``normalize_params``."""
-    if method not in TREE_SAMPLE_METHODS:
-        raise ValueError(f"method must be one of {TREE_SAMPLE_METHODS}, got {method!r}")
+    """Raise ValueError for any argument the rule would misread: the tree, the logits and
+    drafts (``rejection_args``'s checks, with K = N), N against the tree, then draft_probs, the
+    noise and the mask, then (on the CPU, with ``check_values``) their values. The method's
+    name is checked by ``rule_named``, the sampling parameters by ``normalize_params``."""
     if not isinstance(tree, TreeShape):
         raise ValueError(f"tree must be a TreeShape (tree_shape(branching)), got {tree!r}")
     _check_logits_and_drafts(target_logits, draft_token_ids)

@@ -127,8 +127,7 @@ def test_the_light_name_lists_are_the_registries() -> None:
         REJECTION_SAMPLE_METHOD_NAMES,
         TREE_SAMPLE_METHOD_NAMES,
     )
-    from sampling.rejection_args import REJECTION_SAMPLE_METHODS
-    from sampling.tree import TREE_SAMPLE_METHODS
+    from sampling.rules import REJECTION_SAMPLE_METHODS, TREE_SAMPLE_METHODS
 
     assert PROPOSER_NAMES == tuple(PROPOSERS)
     assert REJECTION_SAMPLE_METHOD_NAMES == REJECTION_SAMPLE_METHODS

@@ -450,13 +450,11 @@ def test_no_compile_means_no_compiled_sampler(monkeypatch: pytest.MonkeyPatch) -
     """compile=False (the CLI's --no-compile) runs sampling/ eagerly too, not through its
     torch.compile'd graphs (which also cost minutes of compiling on a small CPU)."""
     import sampling.constraints
-    import sampling.rejection
 
     def refuse(*args, **kwargs):
         raise AssertionError("a compiled sampler graph ran under compile=False")
 
-    monkeypatch.setattr(sampling.constraints, "_sample_compiled", refuse)
-    monkeypatch.setattr(sampling.rejection, "_rejection_compiled", refuse)
+    monkeypatch.setattr(sampling.constraints, "_compiled", refuse)
     decoder = SpeculativeDecoder(*pair(), compile=False)
     params = [SamplingParams(temperature=1.0, seed=1, max_new_tokens=4)]
     for k in (0, 2):

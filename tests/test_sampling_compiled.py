@@ -8,6 +8,7 @@ import torch.nn.functional as F
 import sampling
 from sampling.constraints import _sample_core
 from sampling.rejection import _rejection_core
+from sampling.rules import RULES
 from tests._stats import LARGE, SMALL, all_implementations, pad_to_shape
 
 K, V = SMALL["drafts"], SMALL["vocab"]
@@ -120,7 +121,7 @@ def test_no_graph_breaks():
             batch["uniforms"],
             batch["exponentials"],
             short,
-            method,
+            RULES[method],
         )
         assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     explained = torch._dynamo.explain(_sample_core)(

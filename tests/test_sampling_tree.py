@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 import sampling
 from sampling import exact_law, reference
+from sampling.rules import RULES
 from sampling.tree import _tree_core, tree_rejection_sample, tree_shape
 from tests.test_sampling_compiled import _random_batch
 
@@ -259,7 +260,7 @@ def test_compiled_equals_reference():
             batch["exponentials"],
             node_mask,
             tree,
-            method,
+            RULES[method],
         )
         assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 

@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_leaves
 
 from minispec.compilation import packages
 from minispec.compilation.cuda_graphs import CudaGraphs
+from sampling.rules import DEFAULT_METHOD
 
 
 def describe(args: tuple, kwargs: dict) -> tuple:
@@ -134,6 +135,7 @@ def in_words(name: str, args: tuple, kwargs: dict, widths: tuple[int, ...] = ())
         words.append(proposer.rstrip("]").replace("_", " "))
         if kwargs.get("draft_sample_method"):
             words.append(f"{kwargs['draft_sample_method']} drafts")
-        if kwargs.get("rejection_sample_method", "standard") != "standard":
-            words.append(f"{kwargs['rejection_sample_method']} verification")
+        method = kwargs.get("rejection_sample_method", DEFAULT_METHOD)
+        if method != DEFAULT_METHOD:
+            words.append(f"{method} verification")
     return ", ".join(words)
