@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train train-head bench-head bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
+.PHONY: help install decode lint test train train-head bench-head bench-auto bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ train-head: $(STAMP)  ## train the feature head on the shipped target (about 1 h
 
 bench-head: $(STAMP)  ## the feature head against the draft model, B = 1, held out -> results/head.md
 	$(PY) -m benchmarks.bench_head $(ARGS)
+
+bench-auto: $(STAMP)  ## K = auto against K = 4 and K = 0, B = 1, code from outside the corpus -> results/auto.md
+	$(PY) -m benchmarks.bench_auto $(ARGS)
 
 bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
 	$(PY) -m benchmarks $(ARGS)

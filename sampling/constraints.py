@@ -240,8 +240,7 @@ def _compiled(core: Callable) -> Callable:
 
 
 def sampler_core(core: Callable, compiled: bool) -> Callable:
-    """A sampler's tensor code as its entry runs it: compiled, or with ``compiled=False``
-    the same code eagerly."""
+    """`core` compiled, or itself (compiled=False: eager)."""
     return _compiled(core) if compiled else core
 
 

@@ -73,8 +73,7 @@ class AheadOfTime:
         self.widths: tuple[int, ...] = ()  # the Ks the coming calls may run (expect)
 
     def expect(self, widths: tuple[int, ...]) -> None:
-        """The Ks the coming calls may run: a graph asked of the builder brings its other
-        widths' graphs with it, in one background process."""
+        # A graph asked of the builder brings these widths' graphs with it, in one process.
         self.widths = widths
 
     def __call__(self, *args, **kwargs):

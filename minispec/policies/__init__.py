@@ -27,5 +27,5 @@ from minispec.state import Snapshot
 class Policy(Protocol):
     def plan(self) -> int: ...
 
-    def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
-        """seconds: the round's time, None when it compiled (its time is not a round's)."""
+    # seconds: the round's time, None when it compiled (its time is not a round's)
+    def observe(self, snapshot: Snapshot, seconds: float | None) -> bool: ...
