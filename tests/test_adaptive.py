@@ -141,14 +141,15 @@ def snapshot_of(policy: AdaptivePolicy, k: int, acceptance, rng: random.Random) 
 
 def simulate(scenario: str, fixed: int | None, calls: int = 12, max_new: int = 128) -> float:
     """Tokens per unit time over `calls` calls of a scenario's rows, each round timed as its
-    times say, give or take 5 %, and 30 % slower on the first round after a change of width
-    (the bias a timing must not take for the width's). fixed: a fixed K, else "auto"."""
+    times say, give or take 5 %, 30 % slower on the first round after a change of width (the
+    bias a timing must not take for the width's), and the machine's speed drifting by 15 %
+    either way over 300 rounds. fixed: a fixed K, else "auto"."""
     times, rows, acceptance = SCENARIOS[scenario]
     rng = random.Random(0)
     config = AdaptiveConfig(widths=WIDTHS)
     family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(max(WIDTHS)))
     total_time = total_tokens = 0.0
-    previous = None
+    previous, rounds = None, 0
     for _ in range(calls):
         policy = AdaptivePolicy(config, family, [max_new] * rows)
         done = False
@@ -156,7 +157,8 @@ def simulate(scenario: str, fixed: int | None, calls: int = 12, max_new: int = 1
             k = policy.plan() if fixed is None else fixed
             snapshot = snapshot_of(policy, k, acceptance, rng)
             seconds = times[k] * rng.uniform(0.95, 1.05) * (1.3 if k != previous else 1.0)
-            previous = k
+            seconds *= 1 + 0.15 * math.sin(2 * math.pi * rounds / 300)  # the machine drifts
+            previous, rounds = k, rounds + 1
             total_time += seconds
             total_tokens += sum(len(r.token_ids) for r in snapshot.rows)
             done = policy.observe(snapshot, seconds)  # for a fixed K, only its bookkeeping

@@ -75,7 +75,7 @@ class RoundTimes:
     draft step over a target step), scaled from the nearest timed width."""
 
     c: float
-    window: int = 9
+    window: int = 5
     rounds: int = 0  # the family's timed rounds
     seconds: dict[int, deque[float]] = field(default_factory=dict)
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
