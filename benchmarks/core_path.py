@@ -68,7 +68,10 @@ def code_lines(source: str) -> dict[int, tuple[str, int]]:
 
 
 def measure(max_new_tokens: int = 24) -> CorePath:
-    """Profile one decode (its output discarded) and count what it called."""
+    """Profile one decode (its output discarded) and count what it called. The decode sets
+    torch's thread count (--threads): the caller's is back afterwards."""
+    import torch
+
     from minispec.commands import cli
 
     called: set[tuple[str, int]] = set()
@@ -86,12 +89,14 @@ def measure(max_new_tokens: int = 24) -> CorePath:
             frames.append(depth + 1)
 
     argv = COMMAND + ["--max-new-tokens", str(max_new_tokens)]
+    threads = torch.get_num_threads()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         sys.setprofile(profile)
         try:
             code = cli.main(argv)
         finally:
             sys.setprofile(None)
+            torch.set_num_threads(threads)
     if code != 0 or not frames:
         raise RuntimeError(f"the decode failed (exit code {code}) or never sampled")
     per_function = {}

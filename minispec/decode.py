@@ -25,7 +25,6 @@ import torch
 
 from minispec.checks import check_decoder, check_request
 from minispec.compilation import Compiled, compile_round
-from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
@@ -327,7 +326,7 @@ class SpeculativeDecoder:
                 emit_start = time.perf_counter()
                 for i, row in enumerate(result.rows):
                     if row.token_ids:
-                        kinds = origins_of(len(row.token_ids), row.num_accepted, row.num_drafts)
+                        kinds = row.origins
                         outputs[i] += row.token_ids
                         histories[i] += row.token_ids
                         origins[i] += kinds
