@@ -260,32 +260,32 @@ class SpeculativeDecoder:
             draft=self.draft,
             suffix_index=self.suffix_index,
             context=self.max_seq_len,
-            head=self.head or self.load_head,
+            head=self.head if self.head is not None else self.load_head,
         )
-        widest = max(spec.widths)
-        # K = 0 only: no proposer runs, and any proposer's round is the baseline.
-        proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
-        host_proposer = proposer if isinstance(proposer, HostProposer) else None
-        in_round = None if host_proposer or not widest else proposer
-        uses_draft = PROPOSERS[spec.proposer].needs == "draft"  # its cache follows the tokens
-        tree = spec.proposer in TREE_PROPOSERS and widest
-        # What the round bakes in (each value its own graph) besides K.
-        settings = dict(
-            draft_sample_method=spec.draft_method,
-            rejection_sample_method=spec.rejection_sample_method,
-            eos_token_id=self.eos_token_id,
-            **({"tree_branching": spec.tree.branching} if tree else {}),
-        )
-        tree_nodes = spec.verify_width if tree else 0  # the slots it writes past a row's last
-        policy = self.policy(spec, params, warm_up)
-        constraints = row_constraints(params, self.device)
-        stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
-        outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
-        histories = [list(p) for p in prompts]  # prompt and output: what a host proposer reads
-        draft_behind = 0  # tokens (the most of any row) emitted since the draft model last ran
         # The models' KV caches are a call's one working memory: two calls interleaving their
         # rounds would overwrite each other's entries. Calls from several threads wait.
         with exclusive([m for m in self.models() if m is not None]), torch.no_grad():
+            widest = max(spec.widths)
+            # K = 0 only: no proposer runs, and any proposer's round is the baseline.
+            proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
+            host_proposer = proposer if isinstance(proposer, HostProposer) else None
+            in_round = None if host_proposer or not widest else proposer
+            uses_draft = PROPOSERS[spec.proposer].needs == "draft"  # its cache follows the tokens
+            tree = spec.proposer in TREE_PROPOSERS and widest
+            # What the round bakes in (each value its own graph) besides K.
+            settings = dict(
+                draft_sample_method=spec.draft_method,
+                rejection_sample_method=spec.rejection_sample_method,
+                eos_token_id=self.eos_token_id,
+                **({"tree_branching": spec.tree.branching} if tree else {}),
+            )
+            tree_nodes = spec.verify_width if tree else 0  # the slots it writes past a row's last
+            policy = self.policy(spec, params, warm_up)
+            constraints = row_constraints(params, self.device)
+            stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
+            outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
+            histories = [list(p) for p in prompts]  # prompt and output: what a host proposer reads
+            draft_behind = 0  # tokens (the most of any row) emitted since the draft model last ran
             start = time.perf_counter()
             state = self.prefill(prompts, params, widest, uses_draft, in_round)
             # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this
