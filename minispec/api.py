@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.checks import check_params, check_warm_up
+from minispec.checks import check_params
 from minispec.decode import SpeculativeDecoder
 from minispec.devices import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int
@@ -75,30 +75,28 @@ def check_device(device: str | torch.device) -> None:
 def cached_decoder(
     target: str | Path, draft: str | Path, device: str, compile: bool | str, head: Path | None
 ) -> SpeculativeDecoder:
-    """load_decoder's work, once per process for each set of (checked) arguments."""
+    """load_decoder's work, once per process for each set of (checked) arguments. The head is
+    read on the first call that drafts with it."""
     target_model, draft_model = load_pair(target, draft, device=device)
-    head_model = None if head is None else load_head(head, target_model, device)[0]
-    eos = eos_token_id(target)
-    if eos is not None and not 0 <= eos < target_model.config.vocab_size:
-        raise CheckpointError(
-            f"{target}: eos_token_id {eos} is outside the vocabulary "
-            f"[0, {target_model.config.vocab_size})"
-        )
+    load = None if head is None else lambda: load_head(head, target_model, device)[0]
+    eos = (
+        hf_eos_token_id(target, target_model)
+        if Path(target).is_dir()
+        else byte_tokenizer.EOS_TOKEN_ID
+    )
     return SpeculativeDecoder(
-        target_model, draft_model, compile=compile, eos_token_id=eos, head=head_model
+        target_model, draft_model, compile=compile, eos_token_id=eos, head=load
     )
 
 
-def eos_token_id(path: str | Path) -> int | None:
-    """The id where a model's output ends: the byte tokenizer's EOS for a minispec checkpoint;
-    for a Hugging Face folder, generation_config.json's when the folder has one, else
-    config.json's, as transformers' generate reads them. None: the model has none."""
-    path = Path(path)
-    if not path.is_dir():
-        return byte_tokenizer.EOS_TOKEN_ID
-    file = path / "generation_config.json"
+def hf_eos_token_id(folder: str | Path, model: torch.nn.Module) -> int | None:
+    """The id where a Hugging Face model's output ends: generation_config.json's when the
+    folder has one, else config.json's, as transformers' generate reads them. None: the model
+    has none."""
+    folder = Path(folder)
+    file = folder / "generation_config.json"
     if not file.is_file():
-        file = path / "config.json"
+        file = folder / "config.json"
     try:
         value = json.loads(file.read_text()).get("eos_token_id")
     except (OSError, ValueError, AttributeError):
@@ -113,6 +111,11 @@ def eos_token_id(path: str | Path) -> int | None:
         value = value[0] if value else None
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise CheckpointError(f"{file}: eos_token_id must be an int, got {value!r}")
+    vocab_size = model.config.vocab_size
+    if value is not None and not 0 <= value < vocab_size:
+        raise CheckpointError(
+            f"{folder}: eos_token_id {value} is outside the vocabulary [0, {vocab_size})"
+        )
     return value
 
 
@@ -144,8 +147,13 @@ def generate(
     model folder's own); it must be the one the decoder's models were trained with.
 
     A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it: here
-    the arguments' types, and the request's values in minispec/checks.py."""
+    the text's (prompts, tokenizer) and the shared sampling arguments', the rest by the
+    decoder (minispec/checks.py)."""
     check_tokenizer(tokenizer)
+    if decoder is not None and not isinstance(decoder, SpeculativeDecoder):
+        raise TypeError(
+            f"decoder must be a SpeculativeDecoder or None, got {type(decoder).__name__}"
+        )
     prompt_ids = encode_prompts(prompts, tokenizer)
     shared = dict(
         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens
@@ -162,11 +170,10 @@ def generate(
         proposer,
         tree_branching=tree_branching,
     )
-    check_decoder_and_callback(decoder, on_tokens)
-    check_warm_up(warm_up)
     if decoder is None:
         # Before the shipped pair loads (seconds): the values need no model. A given decoder
-        # checks them itself, once, with what only it knows (its proposers, its context).
+        # checks every argument itself, once, with what only it knows (its proposers, its
+        # context).
         spec.validate()
         for p in params:
             p.validate()
@@ -208,17 +215,6 @@ def check_tokenizer(tokenizer) -> None:
             f"tokenizer must have encode and decode methods (model.tokenizer, or "
             f"hf_tokenizer.load_tokenizer(folder)), got {type(tokenizer).__name__}"
         )
-
-
-def check_decoder_and_callback(decoder, on_tokens) -> None:
-    """TypeError unless `decoder` is a SpeculativeDecoder or None and `on_tokens` is callable
-    or None."""
-    if decoder is not None and not isinstance(decoder, SpeculativeDecoder):
-        raise TypeError(
-            f"decoder must be a SpeculativeDecoder or None, got {type(decoder).__name__}"
-        )
-    if on_tokens is not None and not callable(on_tokens):
-        raise TypeError(f"on_tokens must be callable or None, got {type(on_tokens).__name__}")
 
 
 def encode_prompts(prompts: list[str], tokenizer: TextTokenizer) -> list[list[int]]:

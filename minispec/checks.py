@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import numbers
 
+import torch
+
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.proposers import PROPOSERS, SuffixIndex
 from minispec.rules import TREE_PROPOSERS
 from model.gpt import GPT
+from model.head import FeatureHead
 from model.tokenizer import BOS_TOKEN_ID, VOCAB_SIZE
 
 
-def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill_threads) -> None:
+def check_decoder(
+    target: GPT, draft: GPT | None, head, compile, eos_token_id, prefill_threads
+) -> None:
     """SpeculativeDecoder's arguments."""
     for name, model in (("target", target), ("draft", draft)):
         if not (isinstance(model, GPT) or (name == "draft" and model is None)):
@@ -42,19 +47,25 @@ def check_decoder(target: GPT, draft: GPT | None, compile, eos_token_id, prefill
             f"draft vocabulary ({draft.config.vocab_size}) differs from the "
             f"target's ({target.config.vocab_size})"
         )
-
-
-def check_warm_up(warm_up) -> None:
-    """TypeError unless `warm_up` is a bool: "no" would be truthy, and a call would warm up and
-    decode nothing."""
-    if not isinstance(warm_up, bool):
-        raise TypeError(f"warm_up must be a bool (True or False), got {type(warm_up).__name__}")
+    if isinstance(head, FeatureHead) and head.config.target_width != target.config.d_model:
+        raise ValueError(
+            f"head reads states of width {head.config.target_width}, the target's are "
+            f"{target.config.d_model}"
+        )
+    loads_head = callable(head) and not isinstance(head, torch.nn.Module)
+    if not (head is None or isinstance(head, FeatureHead) or loads_head):
+        raise TypeError(
+            f"head must be a FeatureHead, a function that loads one, or None, got "
+            f"{type(head).__name__}"
+        )
 
 
 def check_request(
     prompts: list[list[int]],
     params: list[SamplingParams],
     spec: SpeculativeConfig,
+    on_tokens,
+    warm_up,
     *,
     target: GPT,
     draft: GPT | None,
@@ -62,7 +73,9 @@ def check_request(
     context: int,
     head=None,
 ) -> None:
-    """One generate() call's prompts (token ids), SamplingParams and SpeculativeConfig, against
+    """One generate() call's prompts (token ids), SamplingParams, SpeculativeConfig, on_tokens
+    (callable or None) and warm_up (a bool: "no" would be truthy, and a call would warm up and
+    decode nothing), against
     what the decoder holds: a draft model and a suffix index for the proposers that need them,
     the target (its vocabulary), and the context in tokens. Passed one by one rather than as
     the decoder, so that the decoder imports this module and not the other way round."""
@@ -70,6 +83,10 @@ def check_request(
         raise TypeError(f"spec must be a SpeculativeConfig, got {type(spec).__name__}")
     check_params(params)
     check_prompt_lists(prompts)
+    if on_tokens is not None and not callable(on_tokens):
+        raise TypeError(f"on_tokens must be callable or None, got {type(on_tokens).__name__}")
+    if not isinstance(warm_up, bool):
+        raise TypeError(f"warm_up must be a bool (True or False), got {type(warm_up).__name__}")
     spec.validate()
     k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
     held = {"draft": draft, "suffix_index": suffix_index, "head": head}

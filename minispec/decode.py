@@ -1,7 +1,7 @@
 """The decode loop: Algorithm 1 for a batch, one compiled round per iteration.
 
-    generate = check -> prefill -> repeat decode_round until done -> collect
-    decode_round = plan (the policy's K) -> [host proposal] -> round -> one host read -> emit
+    generate = check -> prefill -> repeat a round until done -> collect
+    each round: plan (the policy's K) -> [host proposal] -> round -> one host read -> emit
 
 A round (minispec/round.py) is Algorithm 1 for the whole batch, K = 0 being the baseline. All
 shapes are static: draft steps and a [B, K+1] verify inside the round, a padded prefill outside
@@ -18,20 +18,18 @@ import threading
 import time
 import weakref
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.checks import check_decoder, check_request, check_warm_up
+from minispec.checks import check_decoder, check_request
 from minispec.compilation import Compiled, compile_round
-from minispec.origins import origins_of
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
-from minispec.proposers import PROPOSERS, Held, HostProposer, Proposal, Proposer, SuffixIndex
+from minispec.proposers import PROPOSERS, Held, HostProposer, Proposer, SuffixIndex
 from minispec.round import speculative_round
 from minispec.rules import TREE_PROPOSERS
 from minispec.state import LoopState, Snapshot, collect
@@ -41,7 +39,6 @@ from minispec.tree_round import tree_round
 from model.gpt import GPT
 from model.head import FeatureHead
 from model.tokenizer import EOS_TOKEN_ID
-from sampling.constraints import RowConstraints
 
 # A round's forwards read the KV cache's first S slots, S = the batch's longest row plus K
 # rounded up to a multiple of this (at most max_seq_len): the reads follow the rows' length
@@ -93,61 +90,6 @@ class GenerationOutput(NamedTuple):
     stats: DecodeStats
 
 
-@dataclass(frozen=True, slots=True)
-class Round:
-    """A round as one generate() call runs it. Bound once, what the round bakes in (each value
-    its own graph): the fields. Passed at each call, by name, what changes from round to
-    round: the carried state and the tensors the round reads, and K (a graph per K)."""
-
-    compiled: Compiled  # the round function (ROUNDS) with its target and proposer, compiled
-    draft_sample_method: str
-    rejection_sample_method: str
-    eos_token_id: int
-    tree_branching: tuple[int, ...] | None = None  # tree_round's shape; None for the others
-
-    def __call__(
-        self,
-        *,
-        state: LoopState,
-        constraints: RowConstraints,
-        host_proposal: Proposal | None,
-        key_positions: torch.Tensor | None,
-        num_speculative_tokens: int,
-    ) -> tuple[LoopState, torch.Tensor]:
-        tree = {} if self.tree_branching is None else {"tree_branching": self.tree_branching}
-        return self.compiled(
-            state,
-            constraints,
-            host_proposal,
-            key_positions,
-            num_speculative_tokens=num_speculative_tokens,
-            draft_sample_method=self.draft_sample_method,
-            rejection_sample_method=self.rejection_sample_method,
-            eos_token_id=self.eos_token_id,
-            **tree,
-        )
-
-
-@dataclass(slots=True)
-class DecodeRun:
-    """One generate() call in flight: what its rounds read and write on the host."""
-
-    round: Round
-    host_proposer: HostProposer | None  # proposes on the host, between rounds
-    uses_draft: bool  # whether the draft model's cache must follow the tokens
-    policy: Policy  # chooses each round's K
-    state: LoopState
-    constraints: RowConstraints
-    stats: DecodeStats
-    on_tokens: OnTokens | None
-    outputs: list[list[int]]  # per row: the generated ids so far
-    origins: list[list[str]]  # per row: where each came from
-    histories: list[list[int]]  # per row: prompt and output, what a host proposer reads
-    tree_nodes: int = 0  # a tree round's nodes: the slots it writes past a row's last token
-    draft_behind: int = 0  # tokens (the most of any row) emitted since the draft model last ran
-    done: bool = False
-
-
 class SpeculativeDecoder:
     """A target (and optionally a draft model and a suffix index) with compiled rounds, reusable
     across calls."""
@@ -159,7 +101,7 @@ class SpeculativeDecoder:
         *,
         compile: bool | str = True,
         suffix_index: SuffixIndex | None = None,
-        head: FeatureHead | None = None,
+        head: FeatureHead | Callable[[], FeatureHead] | None = None,
         eos_token_id: int | None = EOS_TOKEN_ID,
         prefill_threads: int | None = None,
     ) -> None:
@@ -170,22 +112,18 @@ class SpeculativeDecoder:
         (minispec/compilation/builder.py; on CUDA, as True); False, run eagerly.
 
         `head`: a feature head trained on this target (model/head.py), for the "feature_head"
-        proposer.
+        and "head_tree" proposers; or a function that loads one, called by the first call
+        whose proposer drafts with it (load_decoder's: a decode that drafts otherwise never
+        reads the head's file).
 
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only).
 
         `prefill_threads`: the CPU threads the prefill runs on, every core this process may use
         when None; the rounds run on the caller's count (minispec/threads.py says why)."""
-        check_decoder(target, draft, compile, eos_token_id, prefill_threads)
-        if head is not None and not isinstance(head, FeatureHead):
-            raise TypeError(f"head must be a FeatureHead or None, got {type(head).__name__}")
-        if head is not None and head.config.target_width != target.config.d_model:
-            raise ValueError(
-                f"head reads states of width {head.config.target_width}, the target's are "
-                f"{target.config.d_model}"
-            )
-        self.head = head.eval() if head is not None else None
+        check_decoder(target, draft, head, compile, eos_token_id, prefill_threads)
+        self.head = head.eval() if isinstance(head, FeatureHead) else None
+        self.load_head = None if isinstance(head, FeatureHead) else head
         self.prefill_threads = prefill_threads
         # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
         self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
@@ -207,10 +145,15 @@ class SpeculativeDecoder:
         proposer bound, compiled; built on first use."""
         key = (name, self.suffix_index is not None)
         if key not in self.rounds:
+            needs = PROPOSERS[name].needs
+            if needs == "head" and self.head is None:  # loaded on first use (load_head)
+                self.head, self.load_head = self.load_head().eval(), None
             held = Held(self.target, self.draft, self.suffix_index, self.head)
             proposer = PROPOSERS[name].build(held)
             in_round = None if isinstance(proposer, HostProposer) else proposer
-            models = torch.nn.ModuleList(m for m in self.models() if m is not None)
+            # The models the round runs: the target and its proposer's.
+            drafter = {"draft": self.draft, "head": self.head}.get(needs)
+            models = torch.nn.ModuleList(filter(None, (self.target, drafter)))
             compiled = compile_round(
                 partial(ROUNDS.get(name, speculative_round), self.target, in_round),
                 f"round[{name}]",
@@ -307,128 +250,111 @@ class SpeculativeDecoder:
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
-        check_warm_up(warm_up)
         check_request(
             prompts,
             params,
             spec,
+            on_tokens,
+            warm_up,
             target=self.target,
             draft=self.draft,
             suffix_index=self.suffix_index,
             context=self.max_seq_len,
-            head=self.head,
+            head=self.head if self.head is not None else self.load_head,
         )
         # The models' KV caches are a call's one working memory: two calls interleaving their
         # rounds would overwrite each other's entries. Calls from several threads wait.
         with exclusive([m for m in self.models() if m is not None]), torch.no_grad():
-            run = self.start_run(prompts, params, spec, on_tokens, warm_up)
-            while not run.done:
-                self.decode_round(run)
-            collect(run.state, run.stats)
-        return GenerationOutput(run.outputs, run.origins, run.stats)
-
-    def start_run(
-        self,
-        prompts: list[list[int]],
-        params: list[SamplingParams],
-        spec: SpeculativeConfig,
-        on_tokens: OnTokens | None,
-        warm_up: bool,
-    ) -> DecodeRun:
-        """Everything the rounds of one call share: the policy, the round with what it bakes in
-        bound, and the prefilled state."""
-        if spec.num_speculative_tokens == "auto":
-            policy = AdaptivePolicy.for_call(
-                self.families,
-                spec,
-                params,
-                warm_up,
-                target=self.target,
-                draft=self.draft,
-                head=self.head,
-            )
-        else:
-            policy = FixedK(spec.num_speculative_tokens, warm_up)
-        widest = max(spec.widths)
-        # K = 0 only: no proposer runs, and any proposer's round is the baseline.
-        proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
-        uses_draft = PROPOSERS[spec.proposer].needs == "draft"
-        in_round = None if isinstance(proposer, HostProposer) else proposer
-        tree = spec.proposer in TREE_PROPOSERS and widest
-        stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
-        start = time.perf_counter()
-        state = self.prefill(prompts, params, widest, uses_draft, in_round if widest else None)
-        # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this call
-        # may run, built together.
-        getattr(compiled, "expect", lambda widths: None)(spec.widths)
-        stats.time_prefill = time.perf_counter() - start
-        return DecodeRun(
-            round=Round(
-                compiled,
+            widest = max(spec.widths)
+            # K = 0 only: no proposer runs, and any proposer's round is the baseline.
+            proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
+            host_proposer = proposer if isinstance(proposer, HostProposer) else None
+            in_round = None if host_proposer or not widest else proposer
+            uses_draft = PROPOSERS[spec.proposer].needs == "draft"  # its cache follows the tokens
+            tree = spec.proposer in TREE_PROPOSERS and widest
+            # What the round bakes in (each value its own graph) besides K.
+            settings = dict(
                 draft_sample_method=spec.draft_method,
                 rejection_sample_method=spec.rejection_sample_method,
                 eos_token_id=self.eos_token_id,
-                tree_branching=spec.tree.branching if tree else None,
-            ),
-            host_proposer=proposer if isinstance(proposer, HostProposer) else None,
-            uses_draft=uses_draft,
-            policy=policy,
-            state=state,
-            constraints=row_constraints(params, self.device),
-            stats=stats,
-            on_tokens=on_tokens,
-            outputs=[[] for _ in prompts],
-            origins=[[] for _ in prompts],
-            histories=[list(p) for p in prompts],
-            tree_nodes=spec.verify_width if tree else 0,
-        )
+                **({"tree_branching": spec.tree.branching} if tree else {}),
+            )
+            tree_nodes = spec.verify_width if tree else 0  # the slots it writes past a row's last
+            policy = self.policy(spec, params, warm_up)
+            constraints = row_constraints(params, self.device)
+            stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
+            outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
+            histories = [list(p) for p in prompts]  # prompt and output: what a host proposer reads
+            draft_behind = 0  # tokens (the most of any row) emitted since the draft model last ran
+            start = time.perf_counter()
+            state = self.prefill(prompts, params, widest, uses_draft, in_round)
+            # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this
+            # call may run, built together.
+            getattr(compiled, "expect", lambda widths: None)(spec.widths)
+            stats.time_prefill = time.perf_counter() - start
+            done = False
+            while not done:
+                # The policy's K, a host proposer's drafts (if any), then Algorithm 1's propose,
+                # verify, accept and advance in one compiled call, one host read of its
+                # snapshot, the tokens handed out, and the policy told what happened.
+                k = policy.plan()
+                start, catch_up = time.perf_counter(), 0.0
+                longest = max(map(len, histories))  # the batch's largest seq_len, on the host
+                host_proposal = None
+                if k and host_proposer is not None:
+                    host_proposal = host_proposer.host_propose(histories, k).to(self.device)
+                    stats.time_lookup += time.perf_counter() - start
+                if k and uses_draft and draft_behind:
+                    catch_up = time.perf_counter()
+                    self.catch_up_draft(state, draft_behind, longest)
+                    catch_up, draft_behind = time.perf_counter() - catch_up, 0
+                key_positions = self.key_positions(longest, max(k, tree_nodes) if k else 0)
+                state, snapshot = compiled(
+                    state,
+                    constraints,
+                    host_proposal,
+                    key_positions,
+                    num_speculative_tokens=k,
+                    **settings,
+                )
+                result = Snapshot.read(snapshot, k)  # the round's one host read
+                elapsed = time.perf_counter() - start
+                # A compiled round is one guard check; an eager one (the eager tier's too), none.
+                stats.count_round(
+                    elapsed, host_reads=1, compiled_calls=int(compiled.ran_compiled), k=k
+                )
+                emit_start = time.perf_counter()
+                for i, row in enumerate(result.rows):
+                    if row.token_ids:
+                        kinds = row.origins
+                        outputs[i] += row.token_ids
+                        histories[i] += row.token_ids
+                        origins[i] += kinds
+                        if on_tokens:
+                            on_tokens(i, row.token_ids, kinds)
+                stats.time_emit += time.perf_counter() - emit_start
+                if not k:
+                    draft_behind += max(len(row.token_ids) for row in result.rows)
+                # The policy's time leaves out a round that compiled, which is not a round's
+                # time, and the catch-up: paid once per return from K = 0, charged to one round
+                # it would price K > 0 out, which would keep the batch at K = 0.
+                seconds = None if compiled.compiled_last else elapsed - catch_up
+                done = policy.observe(result, seconds)
+            collect(state, stats)
+        return GenerationOutput(outputs, origins, stats)
 
-    def decode_round(self, run: DecodeRun) -> None:
-        """One iteration: the policy's K, a host proposer's drafts (if any), then Algorithm 1's
-        propose, verify, accept and advance in one compiled call, one host read of its
-        snapshot, emit, and the policy told what happened."""
-        k = run.policy.plan()
-        start, catch_up = time.perf_counter(), 0.0
-        longest = max(map(len, run.histories))  # the batch's largest seq_len, known on the host
-        host_proposal = None
-        if k and run.host_proposer is not None:
-            host_proposal = run.host_proposer.host_propose(run.histories, k).to(self.device)
-            run.stats.time_lookup += time.perf_counter() - start
-        if k and run.uses_draft and run.draft_behind:
-            catch_up = time.perf_counter()
-            self.catch_up_draft(run.state, run.draft_behind, longest)
-            catch_up, run.draft_behind = time.perf_counter() - catch_up, 0
-        run.state, snapshot = run.round(
-            state=run.state,
-            constraints=run.constraints,
-            host_proposal=host_proposal,
-            key_positions=self.key_positions(longest, max(k, run.tree_nodes) if k else 0),
-            num_speculative_tokens=k,
+    def policy(
+        self, spec: SpeculativeConfig, params: list[SamplingParams], warm_up: bool
+    ) -> Policy:
+        """What chooses each round's K: a fixed K, or adaptive K's policy for "auto"."""
+        if spec.num_speculative_tokens != "auto":
+            return FixedK(spec.num_speculative_tokens, warm_up)
+        return AdaptivePolicy.for_call(
+            self.families,
+            spec,
+            params,
+            warm_up,
+            target=self.target,
+            draft=self.draft,
+            head=self.head,
         )
-        result = Snapshot.read(snapshot, k)  # the round's one host read
-        elapsed = time.perf_counter() - start
-        # A compiled round is one guard check; an eager one (the eager tier's too), none.
-        guard_checks = int(run.round.compiled.ran_compiled)
-        run.stats.count_round(elapsed, host_reads=1, compiled_calls=guard_checks, k=k)
-        if not k:
-            run.draft_behind += max(len(row.token_ids) for row in result.rows)
-        emit_start = time.perf_counter()
-        self.emit(run, result)
-        run.stats.time_emit += time.perf_counter() - emit_start
-        # The policy's time leaves out a round that compiled, which is not a round's time, and
-        # the catch-up: paid once per return from K = 0, charged to one round it would price
-        # K > 0 out, which would keep the batch at K = 0.
-        seconds = None if run.round.compiled.compiled_last else elapsed - catch_up
-        run.done = run.policy.observe(result, seconds)
-
-    @staticmethod
-    def emit(run: DecodeRun, result: Snapshot) -> None:
-        """Hand each row's new tokens to the caller."""
-        for i, row in enumerate(result.rows):
-            if row.token_ids:
-                kinds = origins_of(len(row.token_ids), row.num_accepted, row.num_drafts)
-                run.outputs[i] += row.token_ids
-                run.histories[i] += row.token_ids
-                run.origins[i] += kinds
-                if run.on_tokens:
-                    run.on_tokens(i, row.token_ids, kinds)

@@ -38,39 +38,6 @@ def verify(
     return target.hidden(tokens, positions, key_positions)
 
 
-def accept(
-    target_logits: torch.Tensor,
-    proposal: Proposal | None,
-    constraints: RowConstraints,
-    uniforms: torch.Tensor | None,
-    noise: torch.Tensor,
-    method: str,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The emitted tokens [B, K+1] (n accepted drafts, then the corrective or bonus token, then
-    placeholders) and n [B]. With no drafts, the target's next token is sampled."""
-    if proposal is None:
-        token = sample(
-            target_logits[:, 0],
-            **constraints._asdict(),
-            exponentials=noise,
-            compiled=False,
-            check_values=False,
-        ).token_ids
-        return token[:, None], torch.zeros_like(token)
-    return rejection_sample(
-        target_logits,
-        proposal.draft_token_ids,
-        proposal.draft_probs,
-        **constraints._asdict(),
-        uniforms=uniforms,
-        exponentials=noise,
-        method=method,
-        compiled=False,
-        check_values=False,
-        num_draft_tokens=proposal.num_draft_tokens,
-    )
-
-
 def acceptance_probability(
     target_logits: torch.Tensor, proposal: Proposal, constraints: RowConstraints
 ) -> torch.Tensor:
@@ -111,10 +78,31 @@ def speculative_round(
             proposal = proposer.propose(state, k, sampling, key_positions)
     hidden = verify(target, state, proposal, key_positions)
     target_logits = target.logits(hidden)
-    emitted, num_accepted = accept(
-        target_logits, proposal, constraints, noise.uniforms, noise.target, rejection_sample_method
-    )
-    if k:
+    # accept: the emitted tokens [B, K+1] (n accepted drafts, then the corrective or bonus
+    # token, then placeholders) and n [B]; with no drafts, the target's next token is sampled.
+    filters = constraints._asdict()
+    if proposal is None:
+        token = sample(
+            target_logits[:, 0],
+            **filters,
+            exponentials=noise.target,
+            compiled=False,
+            check_values=False,
+        ).token_ids
+        emitted, num_accepted = token[:, None], torch.zeros_like(token)
+    else:
+        emitted, num_accepted = rejection_sample(
+            target_logits,
+            proposal.draft_token_ids,
+            proposal.draft_probs,
+            **filters,
+            uniforms=noise.uniforms,
+            exponentials=noise.target,
+            method=rejection_sample_method,
+            compiled=False,
+            check_values=False,
+            num_draft_tokens=proposal.num_draft_tokens,
+        )
         beta = acceptance_probability(target_logits, proposal, constraints)
     num_drafts = None if proposal is None else proposal.num_draft_tokens
     alpha_stats = alpha_statistics(state, num_accepted, num_drafts, beta)

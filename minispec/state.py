@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from minispec.origins import ACCEPTED, BONUS, CORRECTIVE, TARGET
+
 if TYPE_CHECKING:
     from minispec.stats import DecodeStats
 
@@ -188,6 +190,16 @@ class RowResult(NamedTuple):
     num_accepted: int  # n
     num_drafts: int  # L: the drafts its proposal held
     done: bool
+
+    @property
+    def origins(self) -> list[str]:
+        """Where each kept token came from (minispec/origins.py): the first n accepted drafts,
+        then the corrective token, or the bonus one when all L passed; the target's alone in a
+        round without drafts."""
+        if self.num_drafts == 0:
+            return [TARGET] * len(self.token_ids)
+        last = BONUS if self.num_accepted == self.num_drafts else CORRECTIVE
+        return [ACCEPTED if j < self.num_accepted else last for j in range(len(self.token_ids))]
 
 
 class Snapshot(NamedTuple):

@@ -98,30 +98,14 @@ def read_checkpoint(
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     data = path.read_bytes()
-    # The safetensors layout: an 8-byte little-endian header size, a JSON header, then the data.
-    try:
-        (header_size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8 : 8 + header_size])
-        if not isinstance(header, dict):
-            raise ValueError
-    except RecursionError:  # JSON nested thousands deep: no header we wrote; json.loads gives up
-        raise CheckpointError(
-            f"{path}: not a safetensors file (its header nests too deeply)"
-        ) from None
-    except (struct.error, ValueError, UnicodeDecodeError):
-        # A header that starts like one ('{') but runs past the end of the file was cut short,
-        # e.g. by an interrupted copy: say so rather than "not safetensors".
-        if data[8:9] == b"{" and len(data) < 8 + header_size:
-            raise CheckpointError(
-                f"{path}: truncated safetensors file ({len(data)} bytes, but its header "
-                f"alone needs {8 + header_size})"
-            ) from None
-        raise CheckpointError(f"{path}: not a safetensors file") from None
     try:
         tensors = load_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({exc})") from None
-    meta = header.get("__metadata__") or {}
+        raise unreadable(path, data, exc) from None
+    # The safetensors layout: an 8-byte little-endian header size, a JSON header, then the
+    # data. load_bytes has read the header already, and found it whole.
+    (header_size,) = struct.unpack("<Q", data[:8])
+    meta = json.loads(data[8 : 8 + header_size]).get("__metadata__") or {}
     if meta.get("format") != expected_format:
         raise CheckpointError(
             f"{path}: not a minispec checkpoint (format {meta.get('format')!r}, "
@@ -133,6 +117,27 @@ def read_checkpoint(
     if missing:
         raise CheckpointError(f"{path}: incomplete metadata (no {' or '.join(missing)})")
     return tensors, meta
+
+
+def unreadable(path: Path, data: bytes, exc: Exception) -> CheckpointError:
+    """Why safetensors could not read the bytes of `path` (raising `exc`), in one line."""
+    try:
+        (header_size,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8 : 8 + header_size])
+    except RecursionError:  # JSON nested thousands deep: no header we wrote; json.loads gives up
+        return CheckpointError(f"{path}: not a safetensors file (its header nests too deeply)")
+    except (struct.error, ValueError, UnicodeDecodeError):
+        # A header that starts like one ('{') but runs past the end of the file was cut short,
+        # e.g. by an interrupted copy: say so rather than "not safetensors".
+        if data[8:9] == b"{" and len(data) < 8 + header_size:
+            return CheckpointError(
+                f"{path}: truncated safetensors file ({len(data)} bytes, but its header "
+                f"alone needs {8 + header_size})"
+            )
+        return CheckpointError(f"{path}: not a safetensors file")
+    if not isinstance(header, dict):
+        return CheckpointError(f"{path}: not a safetensors file")
+    return CheckpointError(f"{path}: truncated or corrupt safetensors file ({exc})")
 
 
 def check_tokenizer(path: Path, meta: dict[str, str], config: GPTConfig) -> None:

@@ -27,6 +27,7 @@ import minispec.compilation.builder
 import minispec.compilation.packages
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.policies.fixed import FixedK
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,15 +66,15 @@ def build_after(monkeypatch: pytest.MonkeyPatch, rounds: int, folder: Path) -> l
     """Run the builder's queue (in this process) after `rounds` rounds of the next generate:
     the packages then take over from the next round on. Returns the round count, kept."""
     done = []
-    decode_round = SpeculativeDecoder.decode_round
+    observe = FixedK.observe  # called once at the end of each round (the tests fix K)
 
-    def counted(self, run) -> None:
-        decode_round(self, run)
+    def counted(self, snapshot, seconds) -> bool:
         done.append(1)
         if len(done) == rounds:
             minispec.compilation.builder.build_queue(folder)
+        return observe(self, snapshot, seconds)
 
-    monkeypatch.setattr(SpeculativeDecoder, "decode_round", counted)
+    monkeypatch.setattr(FixedK, "observe", counted)
     return done
 
 

@@ -407,12 +407,9 @@ def benchmarks_present() -> bool:
     return find_spec("benchmarks") is not None
 
 
-def dispatch(argv: list[str]) -> int:
-    """`minispec NAME ARGS...`: run command NAME on ARGS (no name: the help)."""
-    name, rest = (argv[0], argv[1:]) if argv else ("--help", [])
-    return command(name)(rest)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run one command (argv defaults to the process's arguments) behind the front door."""
-    return run(dispatch, argv)
+    """`minispec NAME ARGS...`: run command NAME on ARGS (no name: the help) behind the front
+    door; argv defaults to the process's arguments."""
+    given = sys.argv[1:] if argv is None else argv
+    name, rest = (given[0], given[1:]) if given else ("--help", [])
+    return run(command(name), rest, program=argv is None)

@@ -76,15 +76,28 @@ def one_line(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def front_door(command: Command, argv: list[str]) -> int:
+def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def run(command: Command, argv: list[str] | None = None, program: bool | None = None) -> int:
+    """Run `command` behind the front door on `argv`, by default the process's arguments.
+    `program`: whether this process is the command rather than a Python caller's (by default,
+    when argv is None), which decides how Ctrl-C is left at the end."""
+    program = argv is None if program is None else program
+    owns_signals = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, CtrlC.handler) if owns_signals else None
+    CtrlC.pressed = False
+    shown = warnings.showwarning
+    warnings.showwarning = one_line_warning
     closed = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
     for name in closed:  # started with the stream closed (`>&-`): write nowhere
         setattr(sys, name, open(os.devnull, "w"))
-    if "stdout" in closed:  # the output would be lost: say so (on stderr, if it is open)
-        return fail("stdout is closed: the output would be lost; redirect it to a file instead")
     problem: BaseException | None = None
     try:
-        code = command(argv)
+        if "stdout" in closed:  # the output would be lost: say so (on stderr, if it is open)
+            return fail("stdout is closed: the output would be lost; redirect it to a file instead")
+        code = command(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except SystemExit:
@@ -95,34 +108,15 @@ def front_door(command: Command, argv: list[str]) -> int:
         if not isinstance(exc, (ValueError, OSError, MemoryError)):  # CheckpointError: ValueError
             raise  # a bug: the traceback is what a report needs
         code, problem = 2, exc
-    unwritable = unwritable_stdout()
-    if isinstance(problem, BrokenPipeError) or isinstance(unwritable, BrokenPipeError):
-        return EXIT_BROKEN_PIPE  # the reader has gone (`| head`): no one is left to tell
-    if unwritable is not None and (problem is None or isinstance(problem, OSError)):
-        problem = OSError(f"cannot write the output: {one_line(unwritable)}")
-    return fail(one_line(problem)) if problem is not None else code
-
-
-def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
-
-
-def run(command: Command, argv: list[str] | None = None) -> int:
-    """Run `command` behind the front door; argv defaults to the process's arguments (and then
-    this process is the command)."""
-    program = argv is None  # this process is the command, not a Python caller
-    owns_signals = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, CtrlC.handler) if owns_signals else None
-    CtrlC.pressed = False
-    shown = warnings.showwarning
-    warnings.showwarning = one_line_warning
-    try:
-        return front_door(command, list(sys.argv[1:] if program else argv))
-    except KeyboardInterrupt:  # in the few lines of front_door outside its own `try`
-        return EXIT_INTERRUPTED
     finally:
         warnings.showwarning = shown
         if owns_signals:
             # The program is done: a late Ctrl-C must not interrupt the interpreter's exit.
             restore = signal.default_int_handler if previous is None else previous  # None: set in C
             signal.signal(signal.SIGINT, signal.SIG_IGN if program else restore)
+    unwritable = unwritable_stdout()
+    if isinstance(problem, BrokenPipeError) or isinstance(unwritable, BrokenPipeError):
+        return EXIT_BROKEN_PIPE  # the reader has gone (`| head`): no one is left to tell
+    if unwritable is not None and (problem is None or isinstance(problem, OSError)):
+        problem = OSError(f"cannot write the output: {one_line(unwritable)}")
+    return fail(one_line(problem)) if problem is not None else code
