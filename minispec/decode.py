@@ -224,10 +224,8 @@ class SpeculativeDecoder:
 
     @torch.no_grad()
     def catch_up_draft(self, state: LoopState, tokens_behind: int, longest: int) -> None:
-        """After rounds at K = 0 the draft model missed up to tokens_behind tokens of a row:
-        feed it the row's last tokens_behind + 2 tokens (the 2 its own next round would),
-        eagerly, once per return from K = 0. (A missed token would not break exactness, only
-        the draft's aim.) `longest`: the longest row's length."""
+        """Feed the draft model each row's last tokens_behind + 2 tokens, which rounds at K = 0
+        left out of its cache (a missed token would blunt its aim, not break exactness)."""
         back = torch.arange(tokens_behind + 1, -1, -1, device=self.device)
         positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
         self.draft(state.tokens.gather(1, positions), positions, self.key_positions(longest, 0))

@@ -51,6 +51,7 @@ def batch_row_from_rates(monkeypatch, rates: dict) -> dict:
 
     monkeypatch.setattr(bench_proposers, "decode_all", fake_decode_all)
     monkeypatch.setattr(bench_proposers, "warm_up", lambda *args: None)
+    monkeypatch.setattr(bench_proposers, "predicted_rates", lambda *args: {})
     (row,) = batch_table(None, ["x"], [0.0], [1], [2, 4], 8, 3)
     return row
 
@@ -80,6 +81,14 @@ def test_where_no_k_pays_auto_is_held_to_k_0(monkeypatch) -> None:
     assert row["auto_over_best_fixed"] == pytest.approx(0.95)
     for how in ("paired", "held_out"):
         assert row[f"auto_over_best_fixed_{how}"]["median"] == pytest.approx(0.95)
+    assert not row["auto_kept_bound"]  # under AUTO_BOUND: the bench exits 1
+
+
+def test_auto_within_the_bound_passes_the_check(monkeypatch) -> None:
+    rates = {0: [100, 100, 100], 2: [150, 150, 150], 4: [140, 140, 140], "auto": [148, 147, 149]}
+    row = batch_row_from_rates(monkeypatch, rates)
+    assert row["auto_over_best_fixed_held_out"]["median"] == pytest.approx(148 / 150)
+    assert row["auto_kept_bound"]
 
 
 def test_the_held_out_best_k_does_not_reward_a_lucky_rotation() -> None:

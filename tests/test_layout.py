@@ -24,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Written in pieces, so that this file does not mention what it looks for.
 FORBIDDEN_MENTIONS = ("GUIDE" + ".md", ".." + "/shared")
+LIBRARY = ("minispec", "model", "sampling")  # the packages a reader reads
 
 
 def library_files(*, commands_entry: bool = True) -> list[Path]:
@@ -213,20 +214,80 @@ def test_the_readme_is_a_short_guide() -> None:
     assert found == list(README_SECTIONS), f"README sections out of place: {found}"
 
 
-def reading_path_rows() -> list[tuple[str, str, str, int]]:
-    """(step, file, what to read, file lines) of each row of the README's reading path."""
+def reading_path_rows() -> list[tuple[str, list[str], str, int]]:
+    """(step, files, what to read, their lines) of each row of the README's reading path."""
     text = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| (\d) \| `([^`]+)` \| (.*) \| (\d+) \|$", text, re.M)
-    return [(step, path, read, int(lines)) for step, path, read, lines in rows]
+    rows = re.findall(r"^\| (\d+) \| (`[^|]+`) \| (.*) \| (\d+) \|$", text, re.M)
+    return [
+        (step, re.findall(r"`([^`]+\.py)`", files), read, int(lines))
+        for step, files, read, lines in rows
+    ]
 
 
-def test_the_reading_path_gives_each_file_its_length() -> None:
-    """The reading path's last column is each file's length, within a few lines."""
+def reading_path() -> list[str]:
+    """The reading path's files, in order."""
+    return [path for _, files, _, _ in reading_path_rows() for path in files]
+
+
+def test_the_reading_path_gives_each_step_its_length() -> None:
+    """The reading path's last column is the step's lines, within a few a file."""
     rows = reading_path_rows()
-    assert len(rows) == 7
-    for step, path, _, lines in rows:
-        actual = len((ROOT / path).read_text().splitlines())
-        assert abs(actual - lines) <= 5, f"step {step}: {path} has {actual} lines, README {lines}"
+    assert len(rows) >= 10
+    for step, files, _, lines in rows:
+        actual = sum(len((ROOT / path).read_text().splitlines()) for path in files)
+        assert abs(actual - lines) <= 5 * len(files), f"step {step} has {actual} lines, not {lines}"
+
+
+def defining_file(module: str, name: str) -> Path | None:
+    """The library file that defines `name` as `from module import name` reaches it: a
+    submodule, a definition, or, through a package's re-export, the file re-exported from."""
+    base = ROOT.joinpath(*module.split("."))
+    for candidate in (base / name / "__init__.py", base / f"{name}.py"):
+        if candidate.is_file():
+            return candidate
+    path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+    if not path.is_file():
+        return None
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if any((a.asname or a.name) == name for a in node.names):
+                if node.module.split(".")[0] in LIBRARY:
+                    return defining_file(node.module, name)
+    return path
+
+
+def needed_files(path: Path) -> set[str]:
+    """The library files whose names `path` imports at module level (what a reader of it
+    needs), as paths from the root."""
+    needed = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] in LIBRARY:
+                for alias in node.names:
+                    found = defining_file(node.module, alias.name)
+                    if found is not None:
+                        needed.add(str(found.relative_to(ROOT)))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in LIBRARY:
+                    found = defining_file(*alias.name.rsplit(".", 1))
+                    if found is not None:
+                        needed.add(str(found.relative_to(ROOT)))
+    return needed - {str(path.relative_to(ROOT))}
+
+
+def test_the_reading_path_reads_in_dependency_order() -> None:
+    """Each file on the path needs, of the path's files, only those above it: a reader going
+    down never needs one further down. (That no file the plain decode runs is missing from the
+    path, tests/test_core_size.py checks.)"""
+    path = reading_path()
+    assert len(path) == len(set(path)), "a file twice on the path"
+    late = [
+        f"{path[i]} needs {needed} (step below it)"
+        for i in range(len(path))
+        for needed in sorted(needed_files(ROOT / path[i]) & set(path[i + 1 :]))
+    ]
+    assert not late, "\n".join(late)
 
 
 # Keyings the code rejects (minispec/rng.py says why): the standard and block rules key a
@@ -238,7 +299,7 @@ def test_the_docs_teach_the_noise_keying_the_code_uses() -> None:
     """README and docs/ describe the randomness as rng.py draws it: the reading path's step on
     rng.py names the round's first position, rng.py keys round_noise's streams by `start`, and
     no document teaches a per-position keying."""
-    (row,) = [read for step, path, read, _ in reading_path_rows() if path == "minispec/rng.py"]
+    (row,) = [read for _, files, read, _ in reading_path_rows() if "minispec/rng.py" in files]
     assert "round's first position" in row
     source = (ROOT / "minispec" / "rng.py").read_text()
     assert "round_keys(seeds, start, STREAM_UNIFORM" in source
