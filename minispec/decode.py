@@ -30,7 +30,7 @@ from minispec.policies import Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.policies.fixed import FixedK
 from minispec.proposers import PROPOSERS, Held, HostProposer, Proposer, SuffixIndex
-from minispec.round import speculative_round
+from minispec.round import RoundSettings, speculative_round
 from minispec.rules import TREE_PROPOSERS
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
@@ -150,12 +150,11 @@ class SpeculativeDecoder:
                 self.head, self.load_head = self.load_head().eval(), None
             held = Held(self.target, self.draft, self.suffix_index, self.head)
             proposer = PROPOSERS[name].build(held)
-            in_round = None if isinstance(proposer, HostProposer) else proposer
             # The models the round runs: the target and its proposer's.
             drafter = {"draft": self.draft, "head": self.head}.get(needs)
             models = torch.nn.ModuleList(filter(None, (self.target, drafter)))
             compiled = compile_round(
-                partial(ROUNDS.get(name, speculative_round), self.target, in_round),
+                partial(ROUNDS.get(name, speculative_round), self.target, proposer),
                 f"round[{name}]",
                 self.compile,
                 self.device,
@@ -267,16 +266,12 @@ class SpeculativeDecoder:
             # K = 0 only: no proposer runs, and any proposer's round is the baseline.
             proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
             host_proposer = proposer if isinstance(proposer, HostProposer) else None
-            in_round = None if host_proposer or not widest else proposer
             uses_draft = PROPOSERS[spec.proposer].needs == "draft"  # its cache follows the tokens
             tree = spec.proposer in TREE_PROPOSERS and widest
-            # What the round bakes in (each value its own graph) besides K.
-            settings = dict(
-                draft_sample_method=spec.draft_method,
-                rejection_sample_method=spec.rejection_sample_method,
-                eos_token_id=self.eos_token_id,
-                **({"tree_branching": spec.tree.branching} if tree else {}),
+            settings = RoundSettings(
+                spec.draft_method, spec.rejection_sample_method, self.eos_token_id
             )
+            tree_branching = {"tree_branching": spec.tree.branching} if tree else {}
             tree_nodes = spec.verify_width if tree else 0  # the slots it writes past a row's last
             policy = self.policy(spec, params, warm_up)
             constraints = row_constraints(params, self.device)
@@ -285,7 +280,7 @@ class SpeculativeDecoder:
             histories = [list(p) for p in prompts]  # prompt and output: what a host proposer reads
             draft_behind = 0  # tokens (the most of any row) emitted since the draft model last ran
             start = time.perf_counter()
-            state = self.prefill(prompts, params, widest, uses_draft, in_round)
+            state = self.prefill(prompts, params, widest, uses_draft, proposer if widest else None)
             # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this
             # call may run, built together.
             getattr(compiled, "expect", lambda widths: None)(spec.widths)
@@ -298,9 +293,9 @@ class SpeculativeDecoder:
                 k = policy.plan()
                 start, catch_up = time.perf_counter(), 0.0
                 longest = max(map(len, histories))  # the batch's largest seq_len, on the host
-                host_proposal = None
-                if k and host_proposer is not None:
-                    host_proposal = host_proposer.host_propose(histories, k).to(self.device)
+                if k and host_proposer is not None:  # its propose reads it in the round
+                    lookup = host_proposer.host_propose(histories, k).to(self.device)
+                    state = state._replace(proposer_state=lookup)
                     stats.time_lookup += time.perf_counter() - start
                 if k and uses_draft and draft_behind:
                     catch_up = time.perf_counter()
@@ -310,11 +305,13 @@ class SpeculativeDecoder:
                 state, snapshot = compiled(
                     state,
                     constraints,
-                    host_proposal,
                     key_positions,
                     num_speculative_tokens=k,
-                    **settings,
+                    settings=settings,
+                    **tree_branching,
                 )
+                if host_proposer is not None:  # a lookup serves one round
+                    state = state._replace(proposer_state=())
                 result = Snapshot.read(snapshot, k)  # the round's one host read
                 elapsed = time.perf_counter() - start
                 # A compiled round is one guard check; an eager one (the eager tier's too), none.

@@ -3,7 +3,6 @@
 `speculative_round` reads top to bottom as the algorithm, one phase per line:
   noise    all of the round's randomness, fresh for every round         (minispec/rng.py)
   propose  up to K drafts x_1..x_L per row, and the q they came from   (minispec/proposers/)
-           (a host proposer's come in as host_proposal, computed before the round)
   verify   the target's logits at [last, x_1..x_K], one (K+1)-token forward
   accept   the rejection sampler: n accepted drafts + 1 corrective or bonus token
   advance  each row moves by its own kept count; statistics accumulate  (minispec/state.py)
@@ -15,6 +14,8 @@ is absent and accept is plain sampling of the target's next token: the baseline.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from minispec.proposers import DraftSampling, Proposal, Proposer
@@ -23,6 +24,14 @@ from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling import rejection_sample, sample
 from sampling.constraints import RowConstraints, distribution
+
+
+class RoundSettings(NamedTuple):
+    """What a call's rounds bake in besides K (each value its own graph)."""
+
+    draft_sample_method: str  # "greedy", "probabilistic" or "auto" (per row by temperature)
+    rejection_sample_method: str  # a rule of sampling/rules.py
+    eos_token_id: int  # where a row stops
 
 
 def verify(
@@ -56,26 +65,21 @@ def speculative_round(
     proposer: Proposer | None,
     state: LoopState,
     constraints: RowConstraints,
-    host_proposal: Proposal | None = None,
     key_positions: torch.Tensor | None = None,
     *,
     num_speculative_tokens: int,
-    draft_sample_method: str,
-    rejection_sample_method: str,
-    eos_token_id: int,
+    settings: RoundSettings,
 ) -> tuple[LoopState, torch.Tensor]:
     """Algorithm 1 once for every row: the next LoopState and the snapshot the host reads.
-    `proposer` drafts inside the round unless the host proposed (`host_proposal`).
     `key_positions` [S]: the cache slots the models' forwards read, S past every position the
     round writes (max(seq_len) + K); None, all of them."""
     k, vocab_size = num_speculative_tokens, target.config.vocab_size
-    noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rejection_sample_method)
+    rule = settings.rejection_sample_method
+    noise = round_noise(state.seeds, state.seq_len, k, vocab_size, rule)
     proposal = beta = None
     if k:
-        sampling = DraftSampling(constraints, noise.draft, draft_sample_method)
-        proposal = host_proposal
-        if proposal is None:
-            proposal = proposer.propose(state, k, sampling, key_positions)
+        sampling = DraftSampling(constraints, noise.draft, settings.draft_sample_method)
+        proposal = proposer.propose(state, k, sampling, key_positions)
     hidden = verify(target, state, proposal, key_positions)
     target_logits = target.logits(hidden)
     # accept: the emitted tokens [B, K+1] (n accepted drafts, then the corrective or bonus
@@ -98,7 +102,7 @@ def speculative_round(
             **filters,
             uniforms=noise.uniforms,
             exponentials=noise.target,
-            method=rejection_sample_method,
+            method=rule,
             compiled=False,
             check_values=False,
             num_draft_tokens=proposal.num_draft_tokens,
@@ -107,7 +111,9 @@ def speculative_round(
     num_drafts = None if proposal is None else proposal.num_draft_tokens
     alpha_stats = alpha_statistics(state, num_accepted, num_drafts, beta)
     before = state
-    state, snapshot = advance(state, emitted, num_accepted, num_drafts, alpha_stats, eos_token_id)
+    state, snapshot = advance(
+        state, emitted, num_accepted, num_drafts, alpha_stats, settings.eos_token_id
+    )
     if getattr(proposer, "reads_hidden", False):  # the hook: a proposer that follows the target
         followed = proposer.follow_target(before, hidden, emitted, num_accepted, key_positions)
         state = state._replace(proposer_state=followed)

@@ -21,6 +21,7 @@ import torch
 from minispec.proposers import DraftSampling, FeatureHeadTreeProposer, TreeProposer
 from minispec.proposers.tree import tree_layout
 from minispec.rng import round_noise
+from minispec.round import RoundSettings
 from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling.constraints import RowConstraints, distribution
@@ -69,13 +70,10 @@ def tree_round(
     proposer: TreeProposer | FeatureHeadTreeProposer,
     state: LoopState,
     constraints: RowConstraints,
-    host_proposal=None,
     key_positions: torch.Tensor | None = None,
     *,
     num_speculative_tokens: int,
-    draft_sample_method: str,
-    rejection_sample_method: str,
-    eos_token_id: int,
+    settings: RoundSettings,
     tree_branching: tuple[int, ...],
 ) -> tuple[LoopState, torch.Tensor]:
     """The tree's round for every row (module docstring): the next LoopState and the
@@ -84,7 +82,7 @@ def tree_round(
     vocab_size = target.config.vocab_size
     tree = tree_shape(tree_branching)
     noise = round_noise(state.seeds, state.seq_len, tree.num_nodes, vocab_size)
-    sampling = DraftSampling(constraints, noise.draft, draft_sample_method)
+    sampling = DraftSampling(constraints, noise.draft, settings.draft_sample_method)
     proposal = proposer.propose(state, tree, sampling, key_positions)
     last = state.tokens.gather(1, state.seq_len[:, None] - 1)
     tokens = torch.cat([last, proposal.draft_token_ids], 1)
@@ -102,7 +100,7 @@ def tree_round(
         **constraints._asdict(),
         uniforms=noise.uniforms,
         exponentials=noise.target,
-        method=rejection_sample_method,
+        method=settings.rejection_sample_method,
         compiled=False,
         check_values=False,
     )
@@ -116,7 +114,7 @@ def tree_round(
     alpha_stats = alpha_statistics(state, output.num_accepted, depth, beta)
     before = state
     state, snapshot = advance(
-        state, output.token_ids, output.num_accepted, depth, alpha_stats, eos_token_id
+        state, output.token_ids, output.num_accepted, depth, alpha_stats, settings.eos_token_id
     )
     if getattr(proposer, "reads_hidden", False):  # the round's hook, along the accepted path
         path = torch.cat([torch.zeros_like(output.path[:, :1]), output.path], 1)  # root first

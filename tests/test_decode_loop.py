@@ -34,6 +34,7 @@ from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies.adaptive import AdaptivePolicy
 from minispec.proposers import SuffixIndex, SuffixProposer
+from minispec.round import RoundSettings
 from minispec.state import LoopState, Snapshot, advance, alpha_statistics
 from model.gpt import GPT
 from model.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
@@ -490,29 +491,26 @@ def test_the_round_is_one_graph(k: int, method: str) -> None:
         state,
         row_constraints(params, decoder.device),
         num_speculative_tokens=k,
-        draft_sample_method=method,
-        rejection_sample_method="standard",
-        eos_token_id=EOS_TOKEN_ID,
+        settings=RoundSettings(method, "standard", EOS_TOKEN_ID),
     )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
 def test_the_round_with_a_host_proposal_is_one_graph() -> None:
-    """A host proposer's proposal as an input, traced as one graph with no break."""
+    """A host proposer's lookup in the state, read back by its propose: one graph, no break."""
     index = SuffixIndex.build(np.arange(30) % 7, min_match=2)
     decoder = SpeculativeDecoder(*float64_pair(), compile=False, suffix_index=index)
     params = [SamplingParams(temperature=t, top_k=3, seed=1) for t in (0.0, 1.0)]
     state = decoder.prefill([[1, 2], [3, 4, 5]], params, 2)
+    proposer = SuffixProposer(index)
+    lookup = proposer.host_propose([[1, 2], [3, 4, 5]], 2)
     explained = torch._dynamo.explain(minispec.round.speculative_round)(
         decoder.target,
-        None,
-        state,
+        proposer,
+        state._replace(proposer_state=lookup),
         row_constraints(params, decoder.device),
-        SuffixProposer(index).host_propose([[1, 2], [3, 4, 5]], 2),
         num_speculative_tokens=2,
-        draft_sample_method="probabilistic",
-        rejection_sample_method="block",
-        eos_token_id=EOS_TOKEN_ID,
+        settings=RoundSettings("probabilistic", "block", EOS_TOKEN_ID),
     )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 

@@ -23,7 +23,7 @@ from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import DraftSampling
 from minispec.rng import round_noise
-from minispec.round import speculative_round
+from minispec.round import RoundSettings, speculative_round
 from sampling.constraints import distribution
 from sampling.tree import tree_shape
 
@@ -113,9 +113,7 @@ def test_after_rounds_the_guess_is_read_from_true_states() -> None:
             carried,
             constraints,
             num_speculative_tokens=k,
-            draft_sample_method="probabilistic",
-            rejection_sample_method="standard",
-            eos_token_id=VOCAB,
+            settings=RoundSettings("probabilistic", "standard", VOCAB),
         )
         accepted += snapshot[:, k + 2].tolist()
     assert 0 < sum(accepted) < 3 * 2 * k  # rounds with rejections and acceptances

@@ -133,9 +133,10 @@ def in_words(name: str, args: tuple, kwargs: dict, widths: tuple[int, ...] = ())
         words.append(f"K = {k}")
     if proposer and max(widths or (kwargs.get("num_speculative_tokens", 1),)):
         words.append(proposer.rstrip("]").replace("_", " "))
-        if kwargs.get("draft_sample_method"):
-            words.append(f"{kwargs['draft_sample_method']} drafts")
-        method = kwargs.get("rejection_sample_method", DEFAULT_METHOD)
+        settings = kwargs.get("settings")
+        if settings is not None:
+            words.append(f"{settings.draft_sample_method} drafts")
+        method = getattr(settings, "rejection_sample_method", DEFAULT_METHOD)
         if method != DEFAULT_METHOD:
             words.append(f"{method} verification")
     return ", ".join(words)

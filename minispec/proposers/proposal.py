@@ -57,7 +57,8 @@ class Proposer(Protocol):
 @runtime_checkable
 class HostProposer(Protocol):
     """Drafts on the host, between rounds, from each row's tokens so far (prompt and output, as
-    the loop holds them after the round's one read): for a lookup too large for the device. Its
-    Proposal (host tensors) enters the round as an input, so it adds no device-to-host read."""
+    the loop holds them after the round's one read): for a lookup too large for the device. The
+    loop puts its Proposal in the round's state (proposer_state), which the proposer's own
+    `propose` returns inside the round: it adds no device-to-host read, and no input."""
 
     def host_propose(self, histories: list[list[int]], k: int) -> Proposal: ...

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from minispec.proposers.proposal import Proposal
+from minispec.state import LoopState
 from model.checkpoint import atomic_write
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 from sampling import PLACEHOLDER_TOKEN_ID
@@ -181,10 +182,14 @@ class SuffixIndex:
 
 
 class SuffixProposer:
-    """The suffix index as a proposer, looked up on the host (a HostProposer)."""
+    """The suffix index as a proposer, looked up on the host (a HostProposer): the loop puts
+    each round's lookup in the state, where `propose` reads it inside the round."""
 
     def __init__(self, index: SuffixIndex) -> None:
         self.index = index
+
+    def propose(self, state: LoopState, num_speculative_tokens: int, *args) -> Proposal:
+        return state.proposer_state
 
     def host_propose(self, histories: list[list[int]], k: int) -> Proposal:
         """histories: each row's tokens so far (prompt and output); a Proposal on the host."""
