@@ -200,7 +200,7 @@ def batch_table(
             row["auto_over_best_fixed_held_out"] = spread(
                 auto_over_held_out_best(row["tokens_per_s_by_rotation"], widths)
             )
-            row["auto_kept_bound"] = row["auto_over_best_fixed_held_out"]["median"] >= AUTO_BOUND
+            row["auto_kept_bound"] = not under_bound(row["auto_over_best_fixed_held_out"])
             row["predicted_tokens_per_s"] = predicted_rates(
                 decoder, specs[-1], prompts, temperature, max_new
             )
@@ -211,6 +211,15 @@ def batch_table(
 
 # Auto's tok/s over the best fixed K's (held out, paired) that every batch cell must keep
 AUTO_BOUND = 0.98
+
+
+def under_bound(ratios: dict) -> bool:
+    """Whether auto measurably falls under AUTO_BOUND: its median ratio is under it, and the
+    median's interval (min-max without one) lies below parity. A ratio of one rotation spreads
+    about 5 % on a 2-core VM, its median over 7 rotations about 2.4 %: a median alone under 0.98
+    would flag an auto exactly as fast as the best fixed K in about one cell in five."""
+    high = (ratios["interval"] or {"high": ratios["max"]})["high"]
+    return ratios["median"] < AUTO_BOUND and high < 1.0
 
 
 def predicted_rates(
