@@ -274,3 +274,15 @@ def test_bad_config_is_one_line_errors() -> None:
         with pytest.raises(ValueError) as error:
             AdaptiveConfig(**kwargs)
         assert "\n" not in str(error.value)
+
+
+def test_a_calls_last_rounds_are_not_timed() -> None:
+    """With no more tokens left than the widest width drafts, rounds read the call's longest
+    contexts at the narrow widths its end calls for: they are not a width's time."""
+    family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(8))
+    policy = AdaptivePolicy(AdaptiveConfig(widths=(0, 8)), family, [9])
+    policy.k = policy.previous = 0
+    policy.observe(Snapshot([row(0, 0, tokens=1)]), 0.01)  # 9 left before it, over 8: timed
+    policy.k = policy.previous = 0
+    policy.observe(Snapshot([row(0, 0, tokens=1)]), 0.02)  # 8 left: not timed
+    assert list(family.times.seconds[0]) == [0.01]

@@ -216,9 +216,13 @@ class AdaptivePolicy:
     def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
         """After a round at self.k that took `seconds` (None: it compiled): time it if the round
         before ran the same width, count its acceptance, and choose the next K."""
-        if seconds is not None and self.previous == self.k:
+        # A call's last rounds read its longest contexts, at the narrow widths its end calls
+        # for: timed, they would price those widths (K = 0 above all) as if every round were
+        # that long.
+        timed = seconds is not None and max(self.remaining) > max(self.widths)
+        if timed and self.previous == self.k:
             self.family.times.observe(self.k, seconds)
-        elif seconds is not None and self.previous is not None:
+        elif timed and self.previous is not None:
             self.family.times.observe_change(self.k, seconds)
         self.previous = None if seconds is None else self.k
         self.family.acceptance.observe(snapshot, self.config.decay)
