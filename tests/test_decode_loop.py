@@ -388,9 +388,8 @@ def test_the_loop_reads_the_device_once_per_round(
     """Count every tensor-to-host read made by the loop's modules (minispec/decode.py, round.py,
     state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
     them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
-    tells it, so reads made there do not count. Adaptive K's next width rides in the round's
-    read; the suffix lookup reads the host's own tokens (the first width and the graph family's
-    prior alpha come from host tensors, before the first round)."""
+    tells it, so reads made there do not count. Adaptive K chooses from the snapshot the round's
+    read brings, on the host; the suffix lookup reads the host's own tokens."""
     reads: list[str] = []
     modules = (decode, minispec.round, minispec.state, minispec.rng, minispec.policies.adaptive)
     loop_files = {m.__file__ for m in modules}
@@ -399,12 +398,7 @@ def test_the_loop_reads_the_device_once_per_round(
 
         def counted(self, *args, _method=method, **kwargs):
             caller = sys._getframe(1).f_code
-            if caller.co_filename in loop_files and caller.co_name not in (
-                "prefill",
-                "collect",
-                "first_width",
-                "alpha",  # FamilyPrior.alpha
-            ):
+            if caller.co_filename in loop_files and caller.co_name not in ("prefill", "collect"):
                 reads.append(caller.co_name)
             return _method(self, *args, **kwargs)
 
