@@ -323,7 +323,9 @@ def run(args: argparse.Namespace) -> int:
         batch_sizes, ks_batch = comma_ints(args.batch_sizes), comma_ints(args.batch_ks)
         print("3. batch\n" + bench_proposers.batch_header(ks_batch), flush=True)
         names = [p.strip() for p in args.batch_proposers.split(",") if p.strip()]
-        batch_proposers = tuple(p for p in names if p != "feature_head" or decoder.head)
+        batch_proposers = tuple(
+            p for p in names if p != "feature_head" or decoder.feature_head() is not None
+        )
         report["batch"] = bench_proposers.batch_table(
             decoder,
             prompts,

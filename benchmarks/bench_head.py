@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     compile = {"aot": "aot", "jit": True, "eager": False}[args.compile_mode]
     decoder = load_decoder(compile=compile)
-    if decoder.head is None:
+    if decoder.feature_head() is None:
         print("bench-head: no feature head (checkpoints/head.safetensors): make train-head")
         return 2
     texts = held_out_prompts(args.prompts)

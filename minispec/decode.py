@@ -140,14 +140,21 @@ class SpeculativeDecoder:
         # What policies keep across calls: adaptive K's measurements per graph family.
         self.families: dict[tuple, FamilyMeasurements] = {}
 
+    def feature_head(self) -> FeatureHead | None:
+        """The feature head, read on first use when the decoder was given a function that loads
+        it; None when it has none."""
+        if self.head is None and self.load_head is not None:
+            self.head, self.load_head = self.load_head().eval(), None
+        return self.head
+
     def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Compiled]:
         """Proposer `name` (PROPOSERS) and its round function (ROUNDS) with the target and that
         proposer bound, compiled; built on first use."""
         key = (name, self.suffix_index is not None)
         if key not in self.rounds:
             needs = PROPOSERS[name].needs
-            if needs == "head" and self.head is None:  # loaded on first use (load_head)
-                self.head, self.load_head = self.load_head().eval(), None
+            if needs == "head":
+                self.feature_head()
             held = Held(self.target, self.draft, self.suffix_index, self.head)
             proposer = PROPOSERS[name].build(held)
             # The models the round runs: the target and its proposer's.

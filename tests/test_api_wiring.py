@@ -26,6 +26,7 @@ from minispec.api import load_decoder
 from minispec.commands.cli import main
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from model.head import FeatureHead
 from model.hf import export_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -198,3 +199,14 @@ def test_bench_peer_section_is_a_note_without_transformers(
     note = peer_section(None, ["x"], {}, args, tmp_path / "peer.md")
     assert note.startswith("peer rows skipped: transformers is not installed")
     assert note in (tmp_path / "peer.md").read_text()
+
+
+def test_the_shipped_head_is_read_when_first_asked_for() -> None:
+    """load_decoder leaves the shipped head on disk until a call, or a benchmark through
+    feature_head(), asks for it; a decoder given none has none."""
+    decoder = load_decoder(compile=False)
+    assert decoder.head is None
+    assert isinstance(decoder.feature_head(), FeatureHead)
+    assert decoder.feature_head() is decoder.head  # read once
+    target = decoder.target
+    assert SpeculativeDecoder(target, decoder.draft, compile=False).feature_head() is None
