@@ -45,7 +45,7 @@ import torch
 
 from benchmarks import bench_proposers, bench_vllm
 from benchmarks.bench_sampler import machine
-from benchmarks.flags import OWN_REPORT, PARTS, sampler_parser
+from benchmarks.flags import COMPILE_MODES, OWN_REPORT, PARTS, sampler_parser
 from benchmarks.spread import format_spread, spread
 from minispec.api import load_decoder
 from minispec.commands.prompts import held_out_prompts
@@ -287,9 +287,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(exist_ok=True)
     torch.set_num_threads(args.threads)
-    decoder = load_decoder(
-        device=args.device, compile="aot" if args.compile_mode == "aot" else True
-    )
+    decoder = load_decoder(device=args.device, compile=COMPILE_MODES[args.compile_mode])
     prompts = held_out_prompts(args.prompts)
     report: dict = {
         "machine": machine(torch.device(args.device), torch.get_num_threads()),

@@ -19,6 +19,7 @@ import numpy
 import torch
 
 from benchmarks.bench_proposers import decode_all, warm_up
+from benchmarks.flags import COMPILE_MODES
 from benchmarks.spread import format_spread, spread
 from minispec.api import load_decoder
 from minispec.params import SpeculativeConfig
@@ -42,7 +43,7 @@ def outside_prompts(count: int, length: int = 300) -> list[str]:
 
 def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
-    decoder = load_decoder(compile={"aot": "aot", "jit": True, "eager": False}[args.compile_mode])
+    decoder = load_decoder(compile=COMPILE_MODES[args.compile_mode])
     prompts = [tokenizer.encode(p) for p in outside_prompts(args.prompts)]
     report: dict = {"prompts": args.prompts, "rotations": args.rotations, "rows": []}
     for temperature in args.temperatures:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rotations", type=int, default=7)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--compile-mode", choices=("aot", "jit", "eager"), default="aot")
+    p.add_argument("--compile-mode", choices=tuple(COMPILE_MODES), default="aot")
     p.add_argument("--out", default="results")
     args = p.parse_args(argv)
     report = run(args)

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.bench_proposers import decode_all, warm_up
+from benchmarks.flags import COMPILE_MODES
 from benchmarks.spread import format_spread, spread
 from minispec.api import load_decoder
 from minispec.commands.prompts import held_out_prompts
@@ -138,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--compile-mode", choices=("aot", "jit", "eager"), default="aot")
+    p.add_argument("--compile-mode", choices=tuple(COMPILE_MODES), default="aot")
     p.add_argument("--out", default="results")
     return p
 
@@ -146,7 +147,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    compile = {"aot": "aot", "jit": True, "eager": False}[args.compile_mode]
+    compile = COMPILE_MODES[args.compile_mode]
     decoder = load_decoder(compile=compile)
     if decoder.feature_head() is None:
         print("bench-head: no feature head (checkpoints/head.safetensors): make train-head")

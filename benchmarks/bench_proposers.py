@@ -26,7 +26,6 @@ from benchmarks.spread import format_spread, spread
 from minispec.commands.prompts import edit_prompts
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, AdaptiveConfig, SamplingParams, SpeculativeConfig
-from minispec.policies.adaptive import AdaptivePolicy
 from minispec.stats import DecodeStats
 from model import tokenizer
 
@@ -230,16 +229,7 @@ def predicted_rates(
     """Per width, the tok/s auto's rule predicts for a fresh call of the cell at that width:
     the batch's new tokens over the predicted time, from what the cell's calls measured."""
     params = [SamplingParams(temperature=temperature, max_new_tokens=max_new) for _ in prompts]
-    policy = AdaptivePolicy.for_call(
-        decoder.families,
-        spec,
-        params,
-        False,
-        target=decoder.target,
-        draft=decoder.draft,
-        head=decoder.head,
-    )
-    times = policy.predicted_times()
+    times = decoder.policy(spec, params, warm_up=False).predicted_times()
     return {k: len(prompts) * max_new / t for k, t in zip(spec.widths, times)}
 
 

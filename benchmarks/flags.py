@@ -22,6 +22,8 @@ from minispec.commands.args import (
 from minispec.rules import PROPOSER_NAMES, TREE_PROPOSERS
 
 VLLM_PYTHON = ".venv-vllm/bin/python"  # the Python of the environment `make vllm-check` builds
+# --compile-mode's words as SpeculativeDecoder's `compile` takes them
+COMPILE_MODES = {"aot": "aot", "jit": True, "eager": False}
 PARTS = ("steps", "end_to_end", "batch", "proposers", "sampler", "startup", "peer", "vllm")
 OWN_REPORT = ("sampler", "peer", "vllm")  # sampler.md, peer.md, vllm/bench.md
 # The proposer table runs K = "auto", and a tree has a fixed depth: trees have a bench of their
