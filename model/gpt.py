@@ -106,6 +106,13 @@ def rope_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
     return angles.cos().float(), angles.sin().float()
 
 
+def rope_at(
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tables (rope_tables) at positions [B, T]: [B, 1, T, D/2] each, in `dtype`."""
+    return cos[positions][:, None].to(dtype), sin[positions][:, None].to(dtype)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the two halves of each head, x [B, H, T, D], by per-token angles cos/sin
     [B, 1, T, D/2]."""
@@ -325,9 +332,7 @@ class GPT(nn.Module):
             block.attn.kv_cache.move(source, destination)
 
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin at positions [B, T]: [B, 1, T, D/2] each, in the model's dtype."""
-        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]
-        return cos.to(self.embed.weight.dtype), sin.to(self.embed.weight.dtype)
+        return rope_at(self.rope_cos, self.rope_sin, positions, self.embed.weight.dtype)
 
     def prefill(self, tokens: torch.Tensor, hidden: bool = False) -> torch.Tensor | None:
         """Write the keys and values of tokens [B, T], at positions 0..T-1 in every row, into the

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.config import GPTConfig
-from model.gpt import GPT, Block, CacheLayout, KVCache, rope_tables
+from model.gpt import GPT, Block, CacheLayout, KVCache, rope_at, rope_tables
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +118,7 @@ class FeatureHead(nn.Module):
         return self.out(self.out_norm(x))
 
     def rope_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.rope_cos[positions][:, None], self.rope_sin[positions][:, None]
-        return cos.to(self.fc.weight.dtype), sin.to(self.fc.weight.dtype)
+        return rope_at(self.rope_cos, self.rope_sin, positions, self.fc.weight.dtype)
 
     def unrolled(
         self, target: GPT, states: torch.Tensor, tokens: torch.Tensor, depth: int
