@@ -37,12 +37,11 @@ class DepthAcceptance:
     depth."""
 
     depths: int
-    reached: list[float] = field(default_factory=list)
-    passed: list[float] = field(default_factory=list)
+    reached: list[float] = field(init=False)
+    passed: list[float] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.reached = self.reached or [0.0] * self.depths
-        self.passed = self.passed or [0.0] * self.depths
+        self.reached, self.passed = [0.0] * self.depths, [0.0] * self.depths
 
     def observe(self, snapshot: Snapshot, decay: float) -> None:
         """One round's rows: a row with L drafts and n accepted reached depths 1..min(n + 1, L)
@@ -170,12 +169,13 @@ class AdaptivePolicy:
         acceptance = self.family.acceptance.rates(self.config.prior_alpha, self.config.prior_weight)
         remaining = max(self.remaining)
         rows = max(sum(r > 0 for r in self.remaining), 1)
-        times, change = self.family.times, self.family.times.change_cost()
-        return [
-            time_to_finish(acceptance, k, times.of(k), remaining, rows)
-            + (change * times.of(k) if k != self.k else 0.0)
-            for k in self.widths
-        ]
+        change = self.family.times.change_cost()
+        predicted = []
+        for k in self.widths:
+            round_time = self.family.times.of(k)
+            switch = change * round_time if k != self.k else 0.0
+            predicted.append(time_to_finish(acceptance, k, round_time, remaining, rows) + switch)
+        return predicted
 
     def choose(self) -> int:
         """The next round's K: a width due for timing, else the prediction's choice."""
@@ -198,17 +198,15 @@ class AdaptivePolicy:
         a large batch)."""
         measured, config = self.family.times, self.config
         never = [i for i, k in enumerate(self.widths) if k not in measured.last_timed]
+        if never:
+            return never[0]
         stale = [
             i
             for i, k in enumerate(self.widths)
-            if i not in never
-            and measured.rounds - measured.last_timed[k] >= config.retime_after
+            if measured.rounds - measured.last_timed[k] >= config.retime_after
             and times[i] <= min(times) * config.probe_within
         ]
-        candidates = never or stale
-        return min(
-            candidates, key=lambda i: measured.last_timed.get(self.widths[i], -1), default=None
-        )
+        return min(stale, key=lambda i: measured.last_timed[self.widths[i]], default=None)
 
     def plan(self) -> int:
         return self.k
