@@ -229,7 +229,8 @@ def predicted_rates(
     """Per width, the tok/s auto's rule predicts for a fresh call of the cell at that width:
     the batch's new tokens over the predicted time, from what the cell's calls measured."""
     params = [SamplingParams(temperature=temperature, max_new_tokens=max_new) for _ in prompts]
-    times = decoder.policy(spec, params, warm_up=False).predicted_times()
+    policy = decoder.policy(spec, params, False, list(map(len, prompts)))
+    times = policy.predicted_times()
     return {k: len(prompts) * max_new / t for k, t in zip(spec.widths, times)}
 
 

@@ -280,7 +280,7 @@ class SpeculativeDecoder:
             )
             tree_branching = {"tree_branching": spec.tree.branching} if tree else {}
             tree_nodes = spec.verify_width if tree else 0  # the slots it writes past a row's last
-            policy = self.policy(spec, params, warm_up)
+            policy = self.policy(spec, params, warm_up, list(map(len, prompts)))
             constraints = row_constraints(params, self.device)
             stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
             outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
@@ -346,7 +346,11 @@ class SpeculativeDecoder:
         return GenerationOutput(outputs, origins, stats)
 
     def policy(
-        self, spec: SpeculativeConfig, params: list[SamplingParams], warm_up: bool
+        self,
+        spec: SpeculativeConfig,
+        params: list[SamplingParams],
+        warm_up: bool,
+        prompt_lengths: list[int] | None = None,
     ) -> Policy:
         """What chooses each round's K: a fixed K, or adaptive K's policy for "auto"."""
         if spec.num_speculative_tokens != "auto":
@@ -356,6 +360,7 @@ class SpeculativeDecoder:
             spec,
             params,
             warm_up,
+            prompt_lengths,
             target=self.target,
             draft=self.draft,
             head=self.head,

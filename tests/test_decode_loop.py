@@ -567,9 +567,9 @@ def record_round_times(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, float
     observed: list[tuple[int, float]] = []
     observe = minispec.policies.adaptive.RoundTimes.observe
 
-    def recording_observe(self, k: int, seconds: float) -> None:
+    def recording_observe(self, k: int, seconds: float, context: float = 0.0) -> None:
         observed.append((k, seconds))
-        observe(self, k, seconds)
+        observe(self, k, seconds, context)
 
     monkeypatch.setattr(minispec.policies.adaptive.RoundTimes, "observe", recording_observe)
     return observed

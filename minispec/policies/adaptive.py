@@ -1,11 +1,13 @@
 """Adaptive K as a policy: num_speculative_tokens="auto".
 
 Before each round the policy runs the width (AdaptiveConfig.widths, one compiled graph each)
-that width_choice.py predicts finishes the call soonest, from two measurements it owns:
+that width_choice.py predicts finishes the call soonest, from three measurements it owns:
 
 - DepthAcceptance: how often a draft at each depth passes once those before it did, counted
   from the rounds' snapshots (n accepted of L drafts);
-- RoundTimes: each width's round time, from rounds that follow a round of the same width.
+- RowSpread: how far rows' acceptance differs beyond chance, which sets a batch's slowest row;
+- RoundTimes: each width's round time at a context, from rounds that follow a round of the
+  same width.
 
 It keeps them across calls, one FamilyMeasurements per graph family (proposer, batch size,
 sample methods, all-greedy or not), in a dict the decoder holds (`families`). Exact, like any
@@ -65,54 +67,125 @@ class DepthAcceptance:
 
 
 @dataclass(slots=True)
+class RowSpread:
+    """tau: how far rows' acceptance differs beyond chance within one call (their prompts
+    differ). Per row, the drafts that passed less those the family's per-depth rates expect,
+    over the drafts tested; tau^2 is those deviations' variance less the part chance explains
+    (each draft a Bernoulli trial at its depth's rate)."""
+
+    tested: list[float]
+    excess: list[float]
+    chance: list[float]  # the summed Bernoulli variances of a row's tested drafts
+
+    @classmethod
+    def of_rows(cls, rows: int) -> RowSpread:
+        return cls([0.0] * rows, [0.0] * rows, [0.0] * rows)
+
+    def observe(self, snapshot: Snapshot, rates: list[float]) -> None:
+        for i, row in enumerate(snapshot.rows):
+            if not row.token_ids:
+                continue
+            for d in range(min(row.num_accepted + 1, row.num_drafts, len(rates))):
+                self.tested[i] += 1
+                self.excess[i] += (d < row.num_accepted) - rates[d]
+                self.chance[i] += rates[d] * (1 - rates[d])
+
+    def spread(self, min_tested: int = 16) -> float | None:
+        """tau, or None until two rows have each tested `min_tested` drafts."""
+        rows = [i for i, n in enumerate(self.tested) if n >= min_tested]
+        if len(rows) < 2:
+            return None
+        deviations = [self.excess[i] / self.tested[i] for i in rows]
+        chance = statistics.fmean(self.chance[i] / self.tested[i] ** 2 for i in rows)
+        return max(statistics.variance(deviations) - chance, 0.0) ** 0.5
+
+
+@dataclass(slots=True)
 class RoundTimes:
-    """Each width's round time in seconds: the median of its last `window` steady rounds, those
-    that ran right after a round of the same width. The first round after a change of width (a
-    different graph, cold caches) and a round that compiled are not a width's time: counted,
-    they priced K = 0, run once a call next to a change, out of large batches where it wins.
-    A width never timed is priced by Theorem 3.8's cost model, 1 + K c target steps (c: a
-    draft step over a target step), scaled from the nearest timed width."""
+    """Each width's round time in seconds at a context (the batch's longest row): the median of
+    its last `window` steady rounds (those right after a round of the same width), moved along
+    the context by one growth rate for every width (`growth`). At B = 64 a K = 0 round here
+    takes 51 ms at a 300-token prompt's end and 62 ms 128 tokens later (K = 2: 96 and 112 ms),
+    and K = 0 runs mostly at a call's end: compared at the contexts they were timed at, K = 0
+    looked 10-20 % dearer than it runs. The first round after a change of width (a different
+    graph, cold caches) and a round that compiled are not a width's time: counted, they priced
+    K = 0, run once a call next to a change, out of large batches where it wins. A width never
+    timed is priced from those timed (`of`)."""
 
     c: float
-    window: int = 5
+    window: int = 64
     rounds: int = 0  # the family's timed rounds
-    seconds: dict[int, deque[float]] = field(default_factory=dict)
+    seconds: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # (context, s)
+    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (mean context, median s)
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
     # The first round after a change of width over that width's time, the latest few
     changes: deque[float] = field(default_factory=lambda: deque(maxlen=9))
+    slope: float | None = None  # growth(), until the next timing
 
-    def observe(self, k: int, seconds: float) -> None:
+    def observe(self, k: int, seconds: float, context: float = 0.0) -> None:
         self.rounds += 1
         self.last_timed[k] = self.rounds
-        self.seconds.setdefault(k, deque(maxlen=self.window)).append(seconds)
+        samples = self.seconds.setdefault(k, deque(maxlen=self.window))
+        samples.append((context, seconds))
+        self.levels[k] = (
+            statistics.fmean(c for c, _ in samples),
+            statistics.median(s for _, s in samples),
+        )
+        self.slope = None
 
-    def observe_change(self, k: int, seconds: float) -> None:
+    def observe_change(self, k: int, seconds: float, context: float = 0.0) -> None:
         """A round at width k that followed a round of another width took `seconds`."""
         if k in self.seconds:
-            self.changes.append(seconds / self.of(k))
+            self.changes.append(seconds / self.of(k, context))
 
     def change_cost(self) -> float:
         """What a change of width costs on top of the new width's round, in its rounds."""
         return max(statistics.median(self.changes) - 1, 0.0) if self.changes else 0.0
 
-    def of(self, k: int) -> float:
-        """Width k's time: measured, else the cost model's from the nearest measured width (in
-        units of a K = 0 round when none is)."""
-        if k in self.seconds:
-            return statistics.median(self.seconds[k])
+    def growth(self) -> float:
+        """A round's relative growth per token of context, one for every width: the least-
+        squares slope of each timed round's time over its width's median (less 1, within
+        +-0.5, so a stall cannot swing it) against its context less its width's mean, pooled
+        over widths (the within-width estimator: a width timed at one context adds nothing)."""
+        if self.slope is None:
+            products = squares = 0.0
+            for k, samples in self.seconds.items():
+                center, level = self.levels[k]
+                for context, seconds in samples:
+                    deviation = min(max(seconds / level - 1, -0.5), 0.5)
+                    products += (context - center) * deviation
+                    squares += (context - center) ** 2
+            self.slope = max(products / squares, 0.0) if squares else 0.0
+        return self.slope
+
+    def of(self, k: int, context: float = 0.0) -> float:
+        """Width k's time at `context`. A width never timed: on the line through the two
+        nearest timed widths (a verify's cost grows about linearly in K), not under the
+        cheaper; with one timed, scaled from it by the cost model; with none, the cost model
+        in units of a K = 0 round."""
+        if k in self.levels:
+            at, level = self.levels[k]
+            # A line fit to one half of a call and read at the other can fall steeply: not
+            # below half
+            return level * max(1 + self.growth() * (context - at), 0.5)
+        near = sorted(self.levels, key=lambda w: (abs(w - k), w))[:2]
         model = lambda width: 1 + width * self.c  # noqa: E731
-        near = min(self.seconds, key=lambda w: (abs(w - k), w), default=None)
-        if near is None:
+        if not near:
             return model(k)
-        return statistics.median(self.seconds[near]) * model(k) / model(near)
+        if len(near) == 1:
+            return self.of(near[0], context) * model(k) / model(near[0])
+        (a, t_a), (b, t_b) = ((w, self.of(w, context)) for w in near)
+        return max(t_a + (k - a) * (t_b - t_a) / (b - a), min(t_a, t_b))
 
 
 @dataclass(slots=True)
 class FamilyMeasurements:
-    """What adaptive K keeps across calls for one graph family."""
+    """What adaptive K keeps across calls for one graph family; row_spread: tau, the latest
+    call's (width_choice.time_to_finish)."""
 
     times: RoundTimes
     acceptance: DepthAcceptance
+    row_spread: float = 0.0
 
 
 class AdaptivePolicy:
@@ -126,15 +199,17 @@ class AdaptivePolicy:
         family: FamilyMeasurements,
         max_new_tokens: list[int],
         warm_up: bool = False,
+        prompt_lengths: list[int] | None = None,
     ) -> None:
         self.config, self.family, self.warm_up = config, family, warm_up
         self.widths = config.widths
         self.remaining = list(max_new_tokens)  # per row; 0 once it is done
+        self.lengths = list(prompt_lengths or [0] * len(max_new_tokens))  # per row, as it grows
+        self.rows = RowSpread.of_rows(len(max_new_tokens))
         self.previous: int | None = None  # the last round's K, if its time was a round's
         self.probe: list[int] = []  # the widths to run next, whatever the prediction says
-        self.k = self.widths[0]
-        if not warm_up:
-            self.k = self.choose()
+        self.k: int | None = None  # no width runs yet: none is kept for the margin's sake
+        self.k = self.widths[0] if warm_up else self.choose()
         self.pending = list(self.widths[1:]) if warm_up else []
 
     @classmethod
@@ -144,6 +219,7 @@ class AdaptivePolicy:
         spec: SpeculativeConfig,
         params: list[SamplingParams],
         warm_up: bool,
+        prompt_lengths: list[int] | None = None,
         *,
         target: torch.nn.Module,
         draft: torch.nn.Module | None,
@@ -162,7 +238,7 @@ class AdaptivePolicy:
             depths = max(spec.adaptive.widths)
             families[key] = FamilyMeasurements(RoundTimes(c), DepthAcceptance(depths))
         max_new = [p.max_new_tokens for p in params]
-        return cls(spec.adaptive, families[key], max_new, warm_up)
+        return cls(spec.adaptive, families[key], max_new, warm_up, prompt_lengths)
 
     def predicted_times(self) -> list[float]:
         """Per width: the time the call has left at that width (width_choice.time_to_finish)."""
@@ -170,11 +246,14 @@ class AdaptivePolicy:
         remaining = max(self.remaining)
         rows = max(sum(r > 0 for r in self.remaining), 1)
         change = self.family.times.change_cost()
+        context = max(self.lengths) + remaining / 2  # the rounds left read this much on average
+        spread = self.family.row_spread
         predicted = []
         for k in self.widths:
-            round_time = self.family.times.of(k)
+            round_time = self.family.times.of(k, context)
             switch = change * round_time if k != self.k else 0.0
-            predicted.append(time_to_finish(acceptance, k, round_time, remaining, rows) + switch)
+            left = time_to_finish(acceptance, k, round_time, remaining, rows, spread)
+            predicted.append(left + switch)
         return predicted
 
     def choose(self) -> int:
@@ -182,7 +261,8 @@ class AdaptivePolicy:
         if self.probe:
             return self.probe.pop(0)
         times = self.predicted_times()
-        best = choose_width(times, self.config.margin, self.widths.index(self.k))
+        current = None if self.k is None else self.widths.index(self.k)
+        best = choose_width(times, self.config.margin, current)
         due = self.due(times)
         if due is not None and due != best:
             self.probe = [self.widths[due]]  # twice: the first round after a change is not timed
@@ -193,18 +273,22 @@ class AdaptivePolicy:
         """A width to time now: one never timed in this family, else one not timed for
         retime_after rounds whose predicted time is within `probe_within` of the best (a width
         whose last times came out slow would otherwise never run again; one priced out by
-        more would lose). Every width is timed once: the cost model that prices it until then
-        can be wrong either way (a verify of K + 1 tokens costs more than one, and more so in
-        a large batch)."""
+        more would lose). The two narrowest widths are timed first, whatever they promise: the
+        price of a width never timed is read off their line (RoundTimes.of), which at B = 64
+        puts K = 8 far out of reach, where probing it cost two rounds of five K = 0 rounds'
+        time each."""
         measured, config = self.family.times, self.config
+        promising = [i for i, t in enumerate(times) if t <= min(times) * config.probe_within]
         never = [i for i, k in enumerate(self.widths) if k not in measured.last_timed]
-        if never:
+        if never and len(measured.last_timed) < 2:
             return never[0]
+        if (worth := next((i for i in never if i in promising), None)) is not None:
+            return worth
         stale = [
             i
-            for i, k in enumerate(self.widths)
-            if measured.rounds - measured.last_timed[k] >= config.retime_after
-            and times[i] <= min(times) * config.probe_within
+            for i in promising
+            if self.widths[i] in measured.last_timed
+            and measured.rounds - measured.last_timed[self.widths[i]] >= config.retime_after
         ]
         return min(stale, key=lambda i: measured.last_timed[self.widths[i]], default=None)
 
@@ -214,18 +298,22 @@ class AdaptivePolicy:
     def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
         """After a round at self.k that took `seconds` (None: it compiled): time it if the round
         before ran the same width, count its acceptance, and choose the next K."""
-        # A call's last rounds read its longest contexts, at the narrow widths its end calls
-        # for: timed, they would price those widths (K = 0 above all) as if every round were
-        # that long.
-        timed = seconds is not None and max(self.remaining) > max(self.widths)
+        timed, context = seconds is not None, max(self.lengths)
         if timed and self.previous == self.k:
-            self.family.times.observe(self.k, seconds)
+            self.family.times.observe(self.k, seconds, context)
         elif timed and self.previous is not None:
-            self.family.times.observe_change(self.k, seconds)
+            self.family.times.observe_change(self.k, seconds, context)
         self.previous = None if seconds is None else self.k
-        self.family.acceptance.observe(snapshot, self.config.decay)
+        config = self.config
+        self.rows.observe(
+            snapshot, self.family.acceptance.rates(config.prior_alpha, config.prior_weight)
+        )
+        if (spread := self.rows.spread()) is not None:
+            self.family.row_spread = spread
+        self.family.acceptance.observe(snapshot, config.decay)
         for i, row in enumerate(snapshot.rows):
             self.remaining[i] = 0 if row.done else self.remaining[i] - len(row.token_ids)
+            self.lengths[i] += len(row.token_ids)
         if self.warm_up:  # one round per width, whatever the prediction says
             if not self.pending:
                 return True

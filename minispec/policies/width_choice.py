@@ -6,15 +6,19 @@ a_1 ... a_j (1 - a_{j+1}), and n = K with a_1 ... a_K: eq. (1) of Leviathan et a
 a_d = alpha at every depth, which overvalues deep rounds, since a pair's acceptance falls with
 depth. A call ends when its slowest row has emitted what it still has to. A row with r tokens to
 go needs about r / mu rounds, mu and sigma^2 the mean and variance of a round's tokens, give or
-take sigma sqrt(r / mu^3) (the renewal central limit theorem); the slowest of B such rows needs
-about z_B of those spreads more, z_B the expected largest of B standard normals. So a call at
-width K has left about
+take sigma sqrt(r / mu^3) (the renewal central limit theorem). Rows also differ beyond chance
+(their prompts do): a row whose acceptance sits tau under the batch's (a_d - tau at every
+depth, mean mu_tau) needs r (1 / mu_tau - 1 / mu) rounds more. The slowest of B rows needs about
+z_B of the two spreads combined more, z_B the expected largest of B standard normals. So a call
+at width K has left about
 
-    time(K) = t(K) * (r / mu_K + z_B * sigma_K * sqrt(r / mu_K^3))
+    time(K) = t(K) * (r / mu_K + z_B * sqrt(sigma_K^2 r / mu_K^3 + r^2 (1/mu_tau - 1/mu_K)^2))
 
-t(K) the width's round time. At K = 0 sigma is 0: every row ends on the same round, which is why
-a batch that speculates pays for its unluckiest row and a K that wins at B = 1 can lose at
-B = 16. Plain Python floats: the policy runs this on the host, once a round.
+t(K) the width's round time. At K = 0 both spreads are 0: every row ends on the same round,
+which is why a batch that speculates pays for its unluckiest row and a K that wins at B = 1 can
+lose at B = 16. At B = 64, T = 1 on this CPU, rows' rounds to finish at K = 2 spread 6-8 where
+chance alone gives 3: without tau the rule predicts 64 rounds for the slowest row against 73-76
+measured. Plain Python floats: the policy runs this on the host, once a round.
 """
 
 from __future__ import annotations
@@ -50,24 +54,31 @@ def expected_largest_normal(rows: int) -> float:
 
 
 def time_to_finish(
-    acceptance: Sequence[float], k: int, round_time: float, remaining: int, rows: int
+    acceptance: Sequence[float],
+    k: int,
+    round_time: float,
+    remaining: int,
+    rows: int,
+    spread: float = 0.0,
 ) -> float:
     """time(K) above: the predicted time the call has left at width k, its slowest row having
-    `remaining` tokens to go among `rows` active rows. A round drafts no more than that row
-    can keep."""
-    mean, variance = round_tokens(acceptance, min(k, max(remaining - 1, 0)))
-    rounds = remaining / mean + expected_largest_normal(rows) * math.sqrt(
-        variance * remaining / mean**3
-    )
+    `remaining` tokens to go among `rows` active rows whose acceptance differs by `spread`
+    (tau). A round drafts no more than that row can keep."""
+    depth = min(k, max(remaining - 1, 0))
+    mean, variance = round_tokens(acceptance, depth)
+    z = expected_largest_normal(rows)
+    # Read where the slowest row sits, z spreads under the batch: 1 / mu is convex in a
+    slow_mean, _ = round_tokens([max(a - z * spread, 0.0) for a in acceptance], depth)
+    between = remaining * (1 / slow_mean - 1 / mean) / z if z else 0.0
+    rounds = remaining / mean + z * math.sqrt(variance * remaining / mean**3 + between**2)
     return round_time * rounds
 
 
 def choose_width(times: Sequence[float], margin: float, current: int | None = None) -> int:
-    """The index of the width to run, widths ascending: the current one (an index) while its
-    predicted time is within a factor (1 + margin) of the least, else the smallest such width.
-    A change of width costs a slow round and a deeper round costs more when estimates are off:
-    the other width must promise more than noise."""
-    best = min(times)
-    if current is not None and times[current] <= best * (1 + margin):
+    """The index of the width to run: the current one (an index) while its predicted time is
+    within a factor (1 + margin) of the least, else the least. A change of width costs a slow
+    round: the other width must promise more than noise."""
+    best = min(range(len(times)), key=times.__getitem__)
+    if current is not None and times[current] <= times[best] * (1 + margin):
         return current
-    return next(i for i, t in enumerate(times) if t <= best * (1 + margin))
+    return best
