@@ -324,9 +324,11 @@ def run(args: argparse.Namespace) -> int:
         batch_proposers = tuple(
             p for p in names if p != "feature_head" or decoder.feature_head() is not None
         )
+        # Each row its own text: at T = 0 copies of one prompt decode alike, so a batch of
+        # copies has fewer independent rows than it seems.
         report["batch"] = bench_proposers.batch_table(
             decoder,
-            prompts,
+            held_out_prompts(max(len(prompts), *batch_sizes)),
             temperatures,
             batch_sizes,
             ks_batch,

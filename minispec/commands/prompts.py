@@ -15,23 +15,27 @@ from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID
 
 
 def held_out_prompts(count: int = 6, length: int = 300) -> list[str]:
-    """`count` prompts of `length` bytes from the corpus's held-out files, each starting at a
-    line start, spread evenly over the held-out split, one file at most once."""
+    """`count` distinct prompts of `length` bytes from the corpus's held-out files, each
+    starting at a line start, spread evenly over the held-out split: one file at most once while
+    files last (16), then further cuts of them (a batch of 64 rows, each its own text)."""
     ids = load_corpus().held_out.tolist()
-    prompts, used_files, step = [], set(), len(ids) // count
-    for i in range(count * 4):  # a few spare starting points for files too short to cut
-        at = (i * step // 4) % len(ids)
-        file_start = max((j for j in range(at, -1, -1) if ids[j] == BOS_TOKEN_ID), default=0)
-        line = next((j + 1 for j in range(at, len(ids) - length) if ids[j] == ord("\n")), None)
-        if line is None or file_start in used_files:
-            continue
-        cut = ids[line : line + length]
-        if BOS_TOKEN_ID in cut or EOS_TOKEN_ID in cut:
-            continue
-        used_files.add(file_start)
-        prompts.append(bytes(cut).decode("utf-8", errors="replace"))
-        if len(prompts) == count:
-            break
+    prompts, used_files, used_cuts = [], set(), set()
+    for one_per_file in (True, False):
+        step = len(ids) // count
+        for i in range(count * 4):  # a few spare starting points for files too short to cut
+            at = (i * step // 4 + (0 if one_per_file else step // 8)) % len(ids)
+            file_start = max((j for j in range(at, -1, -1) if ids[j] == BOS_TOKEN_ID), default=0)
+            line = next((j + 1 for j in range(at, len(ids) - length) if ids[j] == ord("\n")), None)
+            if line is None or line in used_cuts or (one_per_file and file_start in used_files):
+                continue
+            cut = ids[line : line + length]
+            if BOS_TOKEN_ID in cut or EOS_TOKEN_ID in cut:
+                continue
+            used_files.add(file_start)
+            used_cuts.add(line)
+            prompts.append(bytes(cut).decode("utf-8", errors="replace"))
+            if len(prompts) == count:
+                return prompts
     return prompts
 
 

@@ -116,22 +116,22 @@ class RoundTimes:
     window: int = 64
     rounds: int = 0  # the family's timed rounds
     seconds: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # (context, s)
-    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (mean context, median s)
+    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (median context, s)
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
     # The first round after a change of width over that width's time, the latest few
     changes: deque[float] = field(default_factory=lambda: deque(maxlen=9))
-    slope: float | None = None  # growth(), until the next timing
+    slope: tuple[int, float] | None = None  # (rounds, growth()) when growth was last fit
 
     def observe(self, k: int, seconds: float, context: float = 0.0) -> None:
         self.rounds += 1
         self.last_timed[k] = self.rounds
         samples = self.seconds.setdefault(k, deque(maxlen=self.window))
         samples.append((context, seconds))
+        # The median time sits at the median context while time grows with context
         self.levels[k] = (
-            statistics.fmean(c for c, _ in samples),
+            statistics.median(c for c, _ in samples),
             statistics.median(s for _, s in samples),
         )
-        self.slope = None
 
     def observe_change(self, k: int, seconds: float, context: float = 0.0) -> None:
         """A round at width k that followed a round of another width took `seconds`."""
@@ -146,17 +146,19 @@ class RoundTimes:
         """A round's relative growth per token of context, one for every width: the least-
         squares slope of each timed round's time over its width's median (less 1, within
         +-0.5, so a stall cannot swing it) against its context less its width's mean, pooled
-        over widths (the within-width estimator: a width timed at one context adds nothing)."""
-        if self.slope is None:
+        over widths (the within-width estimator: a width timed at one context adds nothing).
+        Fit again every REFIT timed rounds: a pass over every kept round is 0.1 ms, 2 % of a
+        round at B = 1, and the rate moves slowly."""
+        if self.slope is None or self.rounds - self.slope[0] >= REFIT:
             products = squares = 0.0
             for k, samples in self.seconds.items():
-                center, level = self.levels[k]
+                center, level = statistics.fmean(c for c, _ in samples), self.levels[k][1]
                 for context, seconds in samples:
                     deviation = min(max(seconds / level - 1, -0.5), 0.5)
                     products += (context - center) * deviation
                     squares += (context - center) ** 2
-            self.slope = max(products / squares, 0.0) if squares else 0.0
-        return self.slope
+            self.slope = (self.rounds, max(products / squares, 0.0) if squares else 0.0)
+        return self.slope[1]
 
     def of(self, k: int, context: float = 0.0) -> float:
         """Width k's time at `context`. A width never timed: on the line through the two
@@ -178,14 +180,24 @@ class RoundTimes:
         return max(t_a + (k - a) * (t_b - t_a) / (b - a), min(t_a, t_b))
 
 
+REFIT = 32  # timed rounds between two fits of RoundTimes.growth
+
+
 @dataclass(slots=True)
 class FamilyMeasurements:
-    """What adaptive K keeps across calls for one graph family; row_spread: tau, the latest
-    call's (width_choice.time_to_finish)."""
+    """What adaptive K keeps across calls for one graph family. row_spread: tau
+    (width_choice.time_to_finish), from the last few calls' ends: within a call, a row's first
+    16-20 drafts give a tau anywhere from 0 to 0.16 at B = 16, and one high reading turned a
+    call to K = 0 for good (K = 0 rounds test no drafts that could correct it)."""
 
     times: RoundTimes
     acceptance: DepthAcceptance
     row_spread: float = 0.0
+    spreads: deque[float] = field(default_factory=lambda: deque(maxlen=4))  # calls' tau^2
+
+    def observe_spread(self, spread: float) -> None:
+        self.spreads.append(spread**2)
+        self.row_spread = statistics.fmean(self.spreads) ** 0.5
 
 
 class AdaptivePolicy:
@@ -308,8 +320,8 @@ class AdaptivePolicy:
         self.rows.observe(
             snapshot, self.family.acceptance.rates(config.prior_alpha, config.prior_weight)
         )
-        if (spread := self.rows.spread()) is not None:
-            self.family.row_spread = spread
+        if snapshot.done and (spread := self.rows.spread()) is not None:
+            self.family.observe_spread(spread)
         self.family.acceptance.observe(snapshot, config.decay)
         for i, row in enumerate(snapshot.rows):
             self.remaining[i] = 0 if row.done else self.remaining[i] - len(row.token_ids)

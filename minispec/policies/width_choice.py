@@ -66,10 +66,10 @@ def time_to_finish(
     (tau). A round drafts no more than that row can keep."""
     depth = min(k, max(remaining - 1, 0))
     mean, variance = round_tokens(acceptance, depth)
-    z = expected_largest_normal(rows)
-    # Read where the slowest row sits, z spreads under the batch: 1 / mu is convex in a
-    slow_mean, _ = round_tokens([max(a - z * spread, 0.0) for a in acceptance], depth)
-    between = remaining * (1 / slow_mean - 1 / mean) / z if z else 0.0
+    z, between = expected_largest_normal(rows), 0.0
+    if z and spread:  # read where the slowest row sits, z spreads under: 1 / mu is convex in a
+        slow_mean, _ = round_tokens([max(a - z * spread, 0.0) for a in acceptance], depth)
+        between = remaining * (1 / slow_mean - 1 / mean) / z
     rounds = remaining / mean + z * math.sqrt(variance * remaining / mean**3 + between**2)
     return round_time * rounds
 
