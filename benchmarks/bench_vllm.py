@@ -6,7 +6,7 @@ is reported apart. At each batch size B and temperature T, the settings run in r
 order shifted by one each rotation: vLLM target-only, vLLM with the exported draft
 (`draft_model`, K = 4), and minispec K = 0 and K = "auto" at the bench's thread count (1 by
 default) and on every core this process may use. Only minispec's rounds run on that count: its
-prefill runs on every core in every setting (minispec/threads.py). Each thread count has a
+prefill runs on every core in every setting (minispec/machine.py). Each thread count has a
 decoder of its own, so its rounds are compiled for it (Inductor bakes the thread count into its
 parallel loops). B = 1 decodes each held-out prompt as its own request, one after another;
 B = 16 decodes one batch of 16 prompts (the held-out prompts repeated). vLLM's prefix caching
@@ -45,8 +45,8 @@ from benchmarks.spread import format_spread, spread
 from benchmarks.vllm_check import sample_nll, sampling_verdict, strip_eos
 from benchmarks.vllm_peer import ROOT, VLLMEngine
 from minispec.decode import SpeculativeDecoder
+from minispec.machine import torch_threads, usable_cores
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.threads import torch_threads, usable_cores
 from model import tokenizer
 from model.hf import export_folder
 

@@ -14,7 +14,7 @@ import torch
 
 from minispec.checks import check_params
 from minispec.decode import SpeculativeDecoder
-from minispec.devices import device_problem
+from minispec.machine import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int
 from minispec.rules import DEFAULT_TREE_BRANCHING, check_seed_count
 from minispec.stats import DecodeStats

@@ -25,16 +25,15 @@ import torch
 
 from minispec.checks import check_decoder, check_request
 from minispec.compilation import Compiled, compile_round
+from minispec.machine import prefill_threads
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
-from minispec.policies import Policy
+from minispec.policies import FixedK, Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
-from minispec.policies.fixed import FixedK
 from minispec.proposers import PROPOSERS, Held, HostProposer, Proposer, SuffixIndex
 from minispec.round import RoundSettings, speculative_round
 from minispec.rules import TREE_PROPOSERS
 from minispec.state import LoopState, Snapshot, collect
 from minispec.stats import DecodeStats
-from minispec.threads import prefill_threads
 from minispec.tree_round import tree_round
 from model.gpt import GPT
 from model.head import FeatureHead
@@ -120,7 +119,7 @@ class SpeculativeDecoder:
         none (rows then stop at max_new_tokens only).
 
         `prefill_threads`: the CPU threads the prefill runs on, every core this process may use
-        when None; the rounds run on the caller's count (minispec/threads.py says why)."""
+        when None; the rounds run on the caller's count (minispec/machine.py says why)."""
         check_decoder(target, draft, head, compile, eos_token_id, prefill_threads)
         self.head = head.eval() if isinstance(head, FeatureHead) else None
         self.load_head = None if isinstance(head, FeatureHead) else head

@@ -22,7 +22,7 @@ from minispec.rules import (  # the rules of the values, torch-free: `minispec d
     check_range,
     check_tree,
 )
-from sampling.constraints import RowConstraints, normalize_params
+from sampling.constraints import RowConstraints
 from sampling.rejection_args import REJECTION_SAMPLE_METHODS
 from sampling.tree import TreeShape, tree_shape
 
@@ -205,16 +205,15 @@ class SpeculativeConfig:
 
 
 def row_constraints(params: list[SamplingParams], device: torch.device) -> RowConstraints:
-    """The batch's temperature, top_k and top_p as [B] tensors on `device`; a filter no request
-    uses is None, so the sampler's graph leaves it out."""
+    """The batch's temperature, top_k and top_p as [B] tensors on `device`, as the sampler takes
+    them unchecked; a filter no request uses is None, so the sampler's graph leaves it out."""
+    rows = lambda values, dtype: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
     # top_p stays float64, as the sampler's cumulative masses are: in float32, 0.9 would be
     # 0.89999998 and cut off a token whose prefix mass lies between the two.
-    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float64)
-    return normalize_params(
-        torch.tensor([p.temperature for p in params], dtype=torch.float32),
-        torch.tensor([p.top_k for p in params]) if any(p.top_k for p in params) else None,
-        top_p if any(p.top_p < 1 for p in params) else None,
-        len(params),
-        device,
-        check_values=False,
-    )  # each SamplingParams.validate() has checked them
+    return RowConstraints(
+        rows([p.temperature for p in params], torch.float32),
+        rows([p.top_k for p in params], torch.int64) if any(p.top_k for p in params) else None,
+        rows([p.top_p for p in params], torch.float64)
+        if any(p.top_p < 1 for p in params)
+        else None,
+    )

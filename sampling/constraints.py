@@ -53,13 +53,11 @@ def _per_row(
     return value.to(device=device, dtype=dtype)
 
 
-def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
+def _check_range(name: str, value, ok, rule: str) -> None:
     """ValueError unless ``ok(value)`` holds everywhere. Tensor values are checked only on the
-    CPU, and only when ``check_values``: reading them from an accelerator would be a device sync,
-    and even on the CPU a per-round read is a stall the decode loop, which validated its requests
-    once up front, need not pay; there the caller is trusted."""
+    CPU: reading them from an accelerator would be a device sync."""
     if isinstance(value, torch.Tensor):
-        if check_values and value.device.type == "cpu":
+        if value.device.type == "cpu":
             # NaN fails every comparison, so "must be >= 0" would hide what is wrong with it.
             if value.is_floating_point() and bool(value.isnan().any()):
                 row = int(value.reshape(-1).isnan().nonzero()[0, 0])
@@ -75,7 +73,7 @@ def _check_range(name: str, value, ok, rule: str, check_values: bool) -> None:
 
 
 def normalize_params(
-    temperature, top_k, top_p, batch_size: int, device: torch.device, check_values: bool = True
+    temperature, top_k, top_p, batch_size: int, device: torch.device
 ) -> RowConstraints:
     """Validate temperature, top_k and top_p (scalars or [B] tensors) and make them [B] tensors.
 
@@ -91,15 +89,11 @@ def normalize_params(
         raise ValueError(f"top_k must be integer-valued, got dtype {top_k.dtype}")
     if isinstance(top_k, float) and not top_k.is_integer():
         raise ValueError(f"top_k must be an integer, got {top_k!r}")
-    _check_range(
-        "temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)", check_values
-    )
+    _check_range("temperature", temperature, lambda t: t >= 0, ">= 0 (0 means greedy)")
     if top_k is not None:
-        _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)", check_values)
+        _check_range("top_k", top_k, lambda k: k >= 0, ">= 0 (0 means off)")
     if top_p is not None:
-        _check_range(
-            "top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)", check_values
-        )
+        _check_range("top_p", top_p, lambda p: (p > 0) & (p <= 1), "in (0, 1] (1 means off)")
 
     if top_k is not None and not isinstance(top_k, torch.Tensor) and top_k == 0:
         top_k = None
@@ -260,22 +254,29 @@ def sample(
     Returns the token ids [B] and the float32 probabilities [B, V] they were drawn from (a
     probabilistic drafter passes these on as ``draft_probs``). ``exponentials`` [B, V] is the
     Exp(1) noise; when None it is drawn from ``generator``. ``compiled=False`` runs the same
-    tensor code eagerly. ``check_values=False`` skips reading tensor arguments' values (shapes are
-    still checked): for a caller that validated them once, like the decode loop.
+    tensor code eagerly. ``check_values=False`` checks and converts nothing, as in
+    ``rejection_sample``: for the decode loop, which built every argument itself.
     """
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        raise ValueError(
-            f"logits must be a float [B, V] tensor, got {getattr(logits, 'shape', type(logits))}"
-        )
-    batch_size, vocab_size = logits.shape
-    params = normalize_params(temperature, top_k, top_p, batch_size, logits.device, check_values)
-    if check_values and logits.device.type == "cpu":
-        check_noise_and_logits(logits, exponentials)
+    if check_values:
+        if (
+            not isinstance(logits, torch.Tensor)
+            or logits.dim() != 2
+            or not logits.is_floating_point()
+        ):
+            shape = getattr(logits, "shape", type(logits))
+            raise ValueError(f"logits must be a float [B, V] tensor, got {shape}")
+        if exponentials is not None and (
+            exponentials.shape != logits.shape or exponentials.device != logits.device
+        ):
+            raise ValueError(
+                f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
+                f"got {list(exponentials.shape)} on {exponentials.device}"
+            )
+        params = normalize_params(temperature, top_k, top_p, logits.shape[0], logits.device)
+        if logits.device.type == "cpu":
+            check_noise_and_logits(logits, exponentials)
+    else:  # the caller's own [B] tensors (the round's RowConstraints), as they are
+        params = RowConstraints(temperature, top_k, top_p)
     if exponentials is None:
-        exponentials = draw_exponentials((batch_size, vocab_size), generator, logits.device)
-    elif exponentials.shape != logits.shape or exponentials.device != logits.device:
-        raise ValueError(
-            f"exponentials must be [B, V] = {list(logits.shape)} on {logits.device}, "
-            f"got {list(exponentials.shape)} on {exponentials.device}"
-        )
+        exponentials = draw_exponentials(logits.shape, generator, logits.device)
     return sampler_core(_sample_core, compiled)(logits, *params, exponentials.float())

@@ -103,27 +103,29 @@ def rejection_sample(
     each) gives rows with fewer drafts, L_b in [0, K]; ids and draft_probs past L_b are never
     read. L_b may depend on the drafts and on anything before this call, but not on this call's
     uniforms.
-    ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` skips reading
-    tensor arguments' values (the draft-id range, per-row parameters, NaN logits, draft_probs
-    that are not distributions, noise out of range) for a caller that validated them once,
-    like the decode loop, whose ids come from an argmax or a sample over the same V. Returns
-    token_ids [B, K+1] (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
+    ``compiled=False`` runs the same tensor code eagerly. ``check_values=False`` checks and
+    converts nothing: for a caller that built every argument itself, like the decode loop,
+    whose ids come from an argmax or a sample over the same V and whose temperature, top_k and
+    top_p are [B] tensors already (top_k and top_p may be None). Returns token_ids [B, K+1]
+    (padded with PLACEHOLDER_TOKEN_ID) and num_accepted [B].
     """
     rule = rule_named(method)
-    check_arguments(
-        target_logits,
-        draft_token_ids,
-        draft_probs,
-        uniforms,
-        exponentials,
-        num_draft_tokens,
-        rule,
-        check_values,
-    )
     batch_size, num_drafts = draft_token_ids.shape
     vocab_size, device = target_logits.shape[-1], target_logits.device
+    if check_values:
+        check_arguments(
+            target_logits,
+            draft_token_ids,
+            draft_probs,
+            uniforms,
+            exponentials,
+            num_draft_tokens,
+            rule,
+        )
+        params = normalize_params(temperature, top_k, top_p, batch_size, device)
+    else:  # the caller's own [B] tensors (the round's RowConstraints), as they are
+        params = RowConstraints(temperature, top_k, top_p)
     rule = _effective_rule(rule, draft_probs, temperature)
-    params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
     if uniforms is None and not rule.races_every_position:  # drafter_invariant reads none
         uniforms = draw_uniforms((batch_size, num_drafts), generator, device)
     if exponentials is None:

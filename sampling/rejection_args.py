@@ -6,7 +6,8 @@ rule runs, with a ValueError that names it, so that ``sampling/rejection.py`` ho
 rule.
 Shape, dtype and device checks never read values, so they cost no device sync; the value checks
 (ids in range, NaN logits, draft_probs that are not distributions, noise out of range) read
-every element, so they run on CPU tensors only, and only with ``check_values``.
+every element, so they run on CPU tensors only. A caller that built every argument itself (the
+decode loop) passes ``check_values=False`` and none of this runs.
 """
 
 import torch
@@ -38,15 +39,14 @@ def check_arguments(
     exponentials,
     num_draft_tokens,
     rule: Rule,
-    check_values: bool,
 ) -> None:
     """ValueError for any argument of ``rejection_sample`` that ``rule`` would misread: shapes,
-    counts and ids first (the value checks index by them), then, on the CPU with
-    ``check_values``, the values. ``rule_named`` checks the method's name, ``normalize_params``
-    temperature, top_k and top_p."""
-    _validate(target_logits, draft_token_ids, num_draft_tokens, check_values)
+    counts and ids first (the value checks index by them), then, on the CPU, the values.
+    ``rule_named`` checks the method's name, ``normalize_params`` temperature, top_k and
+    top_p."""
+    _validate(target_logits, draft_token_ids, num_draft_tokens)
     _validate_probs_and_noise(target_logits, draft_probs, uniforms, exponentials, rule)
-    if check_values and target_logits.device.type == "cpu":
+    if target_logits.device.type == "cpu":
         _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_tokens)
 
 
@@ -135,9 +135,9 @@ def _check_float_tensor(name: str, tensor, shape: tuple, device: torch.device) -
         raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
 
 
-def _validate(target_logits, draft_token_ids, num_draft_tokens, check_values: bool) -> None:
+def _validate(target_logits, draft_token_ids, num_draft_tokens) -> None:
     """The logits, the drafts and their counts: shape, dtype and device checks, and on the CPU
-    (with ``check_values``) the draft ids' range. No device sync."""
+    the draft ids' range. No device sync."""
     _check_logits_and_drafts(target_logits, draft_token_ids)
     device = target_logits.device
     _check_num_draft_tokens(num_draft_tokens, draft_token_ids.shape[0], device)
@@ -145,7 +145,7 @@ def _validate(target_logits, draft_token_ids, num_draft_tokens, check_values: bo
     # are skipped rather than made a torch._assert_async, whose failure is a device-side assert
     # that ends the process, not a ValueError; the loop's ids come from an argmax or a sample
     # over the same V anyway.
-    if check_values and device.type == "cpu" and draft_token_ids.numel():
+    if device.type == "cpu" and draft_token_ids.numel():
         _check_draft_values(draft_token_ids, num_draft_tokens, target_logits.shape[-1])
 
 
@@ -164,7 +164,7 @@ def _check_values(target_logits, draft_probs, uniforms, exponentials, num_draft_
     """The values the rule would silently misread: NaN or +inf logits (filtering turns them
     into NaN probabilities, and a race over NaN picks token 0); draft_probs at real drafts that
     are NaN, negative or do not sum to 1; uniforms outside [0, 1); exponentials below 0 or NaN.
-    Reads every value: CPU tensors only, with check_values."""
+    Reads every value: CPU tensors only."""
     check_noise_and_logits(target_logits, exponentials, "target_logits")
     if draft_probs is not None:
         # Per-row reductions, then the rows that are read: no copy of [B, K, V]. amin propagates

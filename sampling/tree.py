@@ -171,24 +171,20 @@ def tree_rejection_sample(
     [B, N] (one per node) and exponentials float32 [B, V] (one race per request) are drawn from
     ``generator`` when None. ``method``: one of TREE_SAMPLE_METHODS. ``node_mask`` bool [B, N]
     (None: every node real); ids and draft_probs of nodes that are not real are never read.
-    ``compiled=False`` runs the same tensor code eagerly; ``check_values=False`` skips reading
-    values, as in ``rejection_sample``. Returns token_ids [B, D+1], num_accepted [B] and the
-    accepted node ids path [B, D].
+    ``compiled=False`` runs the same tensor code eagerly; ``check_values=False`` checks and
+    converts nothing, as in ``rejection_sample``. Returns token_ids [B, D+1], num_accepted [B]
+    and the accepted node ids path [B, D].
     """
     rule = rule_named(method, TREE_SAMPLE_METHODS)
-    _check_tree_arguments(
-        target_logits,
-        draft_token_ids,
-        draft_probs,
-        tree,
-        uniforms,
-        exponentials,
-        node_mask,
-        check_values,
-    )
     batch_size, num_nodes = draft_token_ids.shape
     vocab_size, device = target_logits.shape[-1], target_logits.device
-    params = normalize_params(temperature, top_k, top_p, batch_size, device, check_values)
+    if check_values:
+        _check_tree_arguments(
+            target_logits, draft_token_ids, draft_probs, tree, uniforms, exponentials, node_mask
+        )
+        params = normalize_params(temperature, top_k, top_p, batch_size, device)
+    else:  # the caller's own [B] tensors, as rejection_sample takes them
+        params = RowConstraints(temperature, top_k, top_p)
     if uniforms is None:
         uniforms = draw_uniforms((batch_size, num_nodes), generator, device)
     if exponentials is None:
@@ -378,11 +374,10 @@ def _check_tree_arguments(
     uniforms,
     exponentials,
     node_mask,
-    check_values: bool,
 ) -> None:
     """Raise ValueError for any argument the rule would misread: the tree, the logits and
     drafts (``rejection_args``'s checks, with K = N), N against the tree, then draft_probs, the
-    noise and the mask, then (on the CPU, with ``check_values``) their values. The method's
+    noise and the mask, then (on the CPU) their values. The method's
     name is checked by ``rule_named``, the sampling parameters by ``normalize_params``."""
     if not isinstance(tree, TreeShape):
         raise ValueError(f"tree must be a TreeShape (tree_shape(branching)), got {tree!r}")
@@ -407,7 +402,7 @@ def _check_tree_arguments(
             f"node_mask must be a bool [B, N] = [{batch_size}, {num_nodes}] tensor on {device}, "
             f"got {getattr(node_mask, 'dtype', node_mask)}"
         )
-    if check_values and device.type == "cpu":
+    if device.type == "cpu":
         _check_tree_values(
             target_logits,
             draft_token_ids,

@@ -58,13 +58,15 @@ def test_bad_values_are_refused(name: str, value: float, message: str) -> None:
         rejection_sample(**with_value(name, value))
     # Without the checks (the decode loop's setting) the same call runs: the checks, not the
     # rule, refuse it.
-    rejection_sample(**with_value(name, value), check_values=False)
+    rejection_sample(**with_value(name, value), temperature=torch.ones(B), check_values=False)
 
 
 def test_nan_logits_no_longer_give_token_0() -> None:
     """What the unchecked sampler makes of NaN logits: a race over NaN scores picks token 0."""
     logits = torch.full((B, K + 1, V), float("nan"))
-    unchecked = rejection_sample(**arguments(target_logits=logits), check_values=False)
+    unchecked = rejection_sample(
+        **arguments(target_logits=logits), temperature=torch.ones(B), check_values=False
+    )
     assert bool((unchecked.token_ids[:, 0] == 0).all())
     with pytest.raises(ValueError, match="NaN"):
         rejection_sample(**arguments(target_logits=logits))

@@ -1,5 +1,5 @@
 """The prefill runs on every core this process may use and the rounds on the caller's thread
-count, which is back after the prefill, also when the prefill raises (minispec/threads.py)."""
+count, which is back after the prefill, also when the prefill raises (minispec/machine.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from _enumerate import (
 )
 
 from minispec.decode import SpeculativeDecoder
+from minispec.machine import prefill_threads, usable_cores
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.threads import prefill_threads, usable_cores
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -114,7 +114,7 @@ def test_the_prefill_computes_the_same_bits_on_one_core_and_on_two(monkeypatch):
     KV caches the prefill writes are bitwise equal, and so a seeded request's tokens are the
     same whatever the core count. This holds for this torch build's BLAS, which splits a product
     by rows; one that splits the inner dimension would round differently and fail here."""
-    import minispec.threads
+    import minispec.machine
     from minispec.api import load_decoder
     from model import tokenizer
 
@@ -124,7 +124,7 @@ def test_the_prefill_computes_the_same_bits_on_one_core_and_on_two(monkeypatch):
     params = [SamplingParams(temperature=1.0, seed=i, max_new_tokens=12) for i in range(4)]
     caches, outputs = [], []
     for cores in (1, 2):
-        monkeypatch.setattr(minispec.threads, "usable_cores", lambda: cores)
+        monkeypatch.setattr(minispec.machine, "usable_cores", lambda: cores)
         d.prefill(prompts, params, 2)
         written = max(map(len, prompts)) - 1  # the slots the prefill writes; later ones are stale
         caches.append(

@@ -27,7 +27,7 @@ import minispec.compilation.builder
 import minispec.compilation.packages
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.policies.fixed import FixedK
+from minispec.policies import FixedK
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

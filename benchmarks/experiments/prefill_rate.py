@@ -15,7 +15,7 @@ import torch
 from torch.profiler import profile
 
 from minispec.api import DEFAULT_DRAFT, DEFAULT_TARGET
-from minispec.threads import usable_cores
+from minispec.machine import usable_cores
 from model.checkpoint import load_pair
 
 p = argparse.ArgumentParser()

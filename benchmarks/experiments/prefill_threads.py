@@ -1,7 +1,7 @@
 """The target's prefill on one thread against every usable core, eagerly, on the shipped pair:
 B = 16 and B = 1, rows of --width tokens, interleaved (the order alternating run by run), wall
 milliseconds with min and max. `SpeculativeDecoder.prefill` runs on every core
-(minispec/threads.py); this measures what that buys, and on a shared machine what it costs when
+(minispec/machine.py); this measures what that buys, and on a shared machine what it costs when
 another process holds a core.
 
     python -m benchmarks.experiments.prefill_threads [--width 320] [--repeats 7]
@@ -15,7 +15,7 @@ import time
 import torch
 
 from minispec.api import load_decoder
-from minispec.threads import torch_threads, usable_cores
+from minispec.machine import torch_threads, usable_cores
 
 p = argparse.ArgumentParser()
 p.add_argument("--width", type=int, default=320, help="tokens a row (a multiple of 64)")

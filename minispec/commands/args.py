@@ -138,7 +138,7 @@ def device_name(text: str) -> str:
 def check_device(parser: argparse.ArgumentParser, device: str, flag: str = "--device") -> None:
     """Report `device` against its flag, in one line, unless torch knows it and this machine has
     it. It imports torch: call it after parse_args, once every other flag has passed."""
-    from minispec.devices import device_problem  # deferred: it imports torch
+    from minispec.machine import device_problem  # deferred: it imports torch
 
     if (problem := device_problem(device)) is not None:
         parser.error(f"argument {flag}: {problem}")

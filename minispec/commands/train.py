@@ -34,7 +34,7 @@ from minispec.commands.corpus import (
 )
 from minispec.commands.curve import write_curve
 from minispec.commands.schedules import EVAL_WINDOWS, SCHEDULES, Schedule
-from minispec.devices import device_problem
+from minispec.machine import device_problem
 from model.checkpoint import (
     OPTIMIZER_PREFIX,
     load_checkpoint,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from minispec.decode import SpeculativeDecoder
-from minispec.devices import device_problem
+from minispec.machine import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import expected_tokens_per_round
 from model.config import GPTConfig

@@ -12,7 +12,7 @@ its noise, every token is drawn from the target's law given the tokens before it
 sequence keeps the target's law, whatever K each round used. What a policy measures it keeps
 itself, on the host: the round never sees it.
 
-- FixedK (fixed.py): the same K every round.
+- FixedK (here): the same K every round (K = 0: the target alone, the baseline).
 - AdaptivePolicy (adaptive.py): num_speculative_tokens="auto", the K predicted to finish the
   call soonest (width_choice.py) from measured per-depth acceptance and round times.
 """
@@ -29,3 +29,17 @@ class Policy(Protocol):
 
     # seconds: the round's time, None when it compiled (its time is not a round's)
     def observe(self, snapshot: Snapshot, seconds: float | None) -> bool: ...
+
+
+class FixedK:
+    """The same K every round. `warm_up`: one round, then stop (it compiles the one graph the
+    call uses)."""
+
+    def __init__(self, num_speculative_tokens: int, warm_up: bool = False) -> None:
+        self.k, self.warm_up = num_speculative_tokens, warm_up
+
+    def plan(self) -> int:
+        return self.k
+
+    def observe(self, snapshot: Snapshot, seconds: float | None) -> bool:
+        return self.warm_up or snapshot.done

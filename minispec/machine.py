@@ -1,5 +1,5 @@
-"""How many CPU threads torch runs on: the caller's count for the rounds, every core for the
-prefill.
+"""What this machine gives the decoder: which devices it can use, and how many CPU threads
+torch runs on (the caller's count for the rounds, every core for the prefill).
 
 A round is a few milliseconds of small kernels, where an OpenMP team's barrier per kernel costs
 more than a second core saves (and far more when another process holds that core), so the
@@ -12,6 +12,8 @@ Every core is the right default on a machine of one's own and the wrong one on a
 OpenMP step waits for its slowest thread, and a core that another process holds makes that
 thread late at every step (docs/benchmarks.md measures both cases). So the count is a setting
 (`prefill_threads`, CLI `--prefill-threads`).
+
+One rule of devices serves the API's `device` and the commands' --device (`device_problem`).
 """
 
 from __future__ import annotations
@@ -50,3 +52,20 @@ def prefill_threads(device: torch.device, count: int | None) -> ContextManager[N
     if device.type != "cpu":
         return nullcontext()
     return torch_threads(count or usable_cores())
+
+
+def device_problem(device: str | torch.device) -> str | None:
+    """Why `device` cannot be used on this machine (torch would fail later with an assertion or
+    a traceback), or None."""
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        return f"unknown device {str(device)!r}"
+    if device.type == "cpu":
+        return None
+    backend = getattr(torch, device.type, None)
+    if backend is None or not backend.is_available():
+        return f"no {device.type} device is available to this torch build"
+    if device.index is not None and device.index >= backend.device_count():
+        return f"there are only {backend.device_count()} {device.type} devices"
+    return None
