@@ -207,7 +207,7 @@ def measured_policy(scenario: str) -> AdaptivePolicy:
     for d, a in enumerate(acceptance):
         family.acceptance.reached[d], family.acceptance.passed[d] = reach, reach * a
         reach *= a
-    family.row_spread = tau
+    family.observe_spread(tau)
     return AdaptivePolicy(AdaptiveConfig(widths=WIDTHS), family, [128] * rows)
 
 
@@ -320,7 +320,7 @@ def test_power_without_the_rows_spread_auto_speculates_at_b_64() -> None:
     K = 2's slowest row 11 % sooner and runs K = 2, which the simulation measures 8 % slower."""
     assert measured_policy("B = 64, T = 1").plan() == 0
     policy = measured_policy("B = 64, T = 1")
-    policy.family.row_spread = 0.0
+    policy.family.spreads.clear()
     policy.k = None
     assert policy.choose() == 2
     assert simulate("B = 64, T = 1", 2) < 0.95 * simulate("B = 64, T = 1", 0)

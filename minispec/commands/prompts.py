@@ -19,9 +19,8 @@ def held_out_prompts(count: int = 6, length: int = 300) -> list[str]:
     starting at a line start, spread evenly over the held-out split: one file at most once while
     files last (16), then further cuts of them (a batch of 64 rows, each its own text)."""
     ids = load_corpus().held_out.tolist()
-    prompts, used_files, used_cuts = [], set(), set()
+    prompts, used_files, used_cuts, step = [], set(), set(), len(ids) // count
     for one_per_file in (True, False):
-        step = len(ids) // count
         for i in range(count * 4):  # a few spare starting points for files too short to cut
             at = (i * step // 4 + (0 if one_per_file else step // 8)) % len(ids)
             file_start = max((j for j in range(at, -1, -1) if ids[j] == BOS_TOKEN_ID), default=0)

@@ -192,12 +192,14 @@ class FamilyMeasurements:
 
     times: RoundTimes
     acceptance: DepthAcceptance
-    row_spread: float = 0.0
     spreads: deque[float] = field(default_factory=lambda: deque(maxlen=4))  # calls' tau^2
 
     def observe_spread(self, spread: float) -> None:
         self.spreads.append(spread**2)
-        self.row_spread = statistics.fmean(self.spreads) ** 0.5
+
+    @property
+    def row_spread(self) -> float:
+        return statistics.fmean(self.spreads) ** 0.5 if self.spreads else 0.0
 
 
 class AdaptivePolicy:
