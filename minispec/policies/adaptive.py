@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig
-from minispec.policies.width_choice import choose_width, time_to_finish
+from minispec.policies.width_choice import choose_width, expected_largest_normal, time_to_finish
 from minispec.proposers import PROPOSERS
 from minispec.state import Snapshot
 
@@ -91,18 +91,22 @@ class RowSpread:
                 self.chance[i] += rates[d] * (1 - rates[d])
 
     def spread(self, min_tested: int = 16) -> float | None:
-        """tau, or None until two rows have each tested `min_tested` drafts."""
+        """tau, or None until two rows have each tested `min_tested` drafts. Read off the
+        lowest row, which sets a call's end: the mean deviation less the least is z_n times
+        tau and chance combined. Rows' acceptance has a heavier tail than a normal's, so their
+        variance under-reads the slowest (docs/extensions.md)."""
         rows = [i for i, n in enumerate(self.tested) if n >= min_tested]
         if len(rows) < 2:
             return None
         deviations = [self.excess[i] / self.tested[i] for i in rows]
         chance = statistics.fmean(self.chance[i] / self.tested[i] ** 2 for i in rows)
-        return max(statistics.variance(deviations) - chance, 0.0) ** 0.5
+        gap = (statistics.fmean(deviations) - min(deviations)) / expected_largest_normal(len(rows))
+        return max(gap**2 - chance, 0.0) ** 0.5
 
 
 @dataclass(slots=True)
 class RoundTimes:
-    """Each width's round time in seconds at a context (the batch's longest row): the median of
+    """Each width's round time in seconds at a context (the batch's longest row): the mean of
     its last `window` steady rounds (those right after a round of the same width), moved along
     the context by one growth rate for every width (`growth`). At B = 64 a K = 0 round here
     takes 51 ms at a 300-token prompt's end and 62 ms 128 tokens later (K = 2: 96 and 112 ms),
@@ -116,7 +120,7 @@ class RoundTimes:
     window: int = 64
     rounds: int = 0  # the family's timed rounds
     seconds: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # (context, s)
-    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (median context, s)
+    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (mean context, s)
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
     # The first round after a change of width over that width's time, the latest few
     changes: deque[float] = field(default_factory=lambda: deque(maxlen=9))
@@ -127,10 +131,13 @@ class RoundTimes:
         self.last_timed[k] = self.rounds
         samples = self.seconds.setdefault(k, deque(maxlen=self.window))
         samples.append((context, seconds))
-        # The median time sits at the median context while time grows with context
+        # A call's time is a sum of its rounds, so a width's level is their mean, each round
+        # clipped at STALL times the median so that one stall cannot move it; it sits at the
+        # mean context while time grows with context
+        ceiling = STALL * statistics.median(s for _, s in samples)
         self.levels[k] = (
-            statistics.median(c for c, _ in samples),
-            statistics.median(s for _, s in samples),
+            statistics.fmean(c for c, _ in samples),
+            statistics.fmean(min(s, ceiling) for _, s in samples),
         )
 
     def observe_change(self, k: int, seconds: float, context: float = 0.0) -> None:
@@ -144,7 +151,7 @@ class RoundTimes:
 
     def growth(self) -> float:
         """A round's relative growth per token of context, one for every width: the least-
-        squares slope of each timed round's time over its width's median (less 1, within
+        squares slope of each timed round's time over its width's level (less 1, within
         +-0.5, so a stall cannot swing it) against its context less its width's mean, pooled
         over widths (the within-width estimator: a width timed at one context adds nothing).
         Fit again every REFIT timed rounds: a pass over every kept round is 0.1 ms, 2 % of a
@@ -152,7 +159,7 @@ class RoundTimes:
         if self.slope is None or self.rounds - self.slope[0] >= REFIT:
             products = squares = 0.0
             for k, samples in self.seconds.items():
-                center, level = statistics.fmean(c for c, _ in samples), self.levels[k][1]
+                center, level = self.levels[k]
                 for context, seconds in samples:
                     deviation = min(max(seconds / level - 1, -0.5), 0.5)
                     products += (context - center) * deviation
@@ -181,6 +188,7 @@ class RoundTimes:
 
 
 REFIT = 32  # timed rounds between two fits of RoundTimes.growth
+STALL = 1.5  # a round over this many times its width's median counts as this many
 
 
 @dataclass(slots=True)
@@ -192,7 +200,7 @@ class FamilyMeasurements:
 
     times: RoundTimes
     acceptance: DepthAcceptance
-    spreads: deque[float] = field(default_factory=lambda: deque(maxlen=4))  # calls' tau^2
+    spreads: deque[float] = field(default_factory=lambda: deque(maxlen=8))  # calls' tau^2
 
     def observe_spread(self, spread: float) -> None:
         self.spreads.append(spread**2)
