@@ -9,7 +9,7 @@ import numbers
 import torch
 
 from minispec.params import SamplingParams, SpeculativeConfig
-from minispec.proposers import PROPOSERS, SuffixIndex
+from minispec.proposers import PROPOSERS
 from minispec.rules import TREE_PROPOSERS
 from model.gpt import GPT
 from model.head import FeatureHead
@@ -66,19 +66,12 @@ def check_request(
     spec: SpeculativeConfig,
     on_tokens,
     warm_up,
-    *,
-    target: GPT,
-    draft: GPT | None,
-    suffix_index: SuffixIndex | None,
-    context: int,
-    head=None,
+    decoder,
 ) -> None:
     """One generate() call's prompts (token ids), SamplingParams, SpeculativeConfig, on_tokens
     (callable or None) and warm_up (a bool: "no" would be truthy, and a call would warm up and
-    decode nothing), against
-    what the decoder holds: a draft model and a suffix index for the proposers that need them,
-    the target (its vocabulary), and the context in tokens. Passed one by one rather than as
-    the decoder, so that the decoder imports this module and not the other way round."""
+    decode nothing), against what the decoder holds: the models and index its proposer needs,
+    the target's vocabulary and the context in tokens."""
     if not isinstance(spec, SpeculativeConfig):
         raise TypeError(f"spec must be a SpeculativeConfig, got {type(spec).__name__}")
     check_params(params)
@@ -89,7 +82,8 @@ def check_request(
         raise TypeError(f"warm_up must be a bool (True or False), got {type(warm_up).__name__}")
     spec.validate()
     k, needs = max(spec.widths), PROPOSERS[spec.proposer].needs
-    held = {"draft": draft, "suffix_index": suffix_index, "head": head}
+    head = decoder.head if decoder.head is not None else decoder.load_head  # read on first use
+    held = {"draft": decoder.draft, "suffix_index": decoder.suffix_index, "head": head}
     if k > 0 and needs is not None and held[needs] is None:
         raise ValueError(f"proposer {spec.proposer!r} needs SpeculativeDecoder(..., {needs}=...)")
     if not prompts or len(params) != len(prompts):
@@ -97,6 +91,7 @@ def check_request(
             f"params must hold one SamplingParams per prompt: got {len(params)} for "
             f"{len(prompts)} prompts"
         )
+    target, context = decoder.target, decoder.max_seq_len
     vocab = target.config.vocab_size
     for i, (prompt, p) in enumerate(zip(prompts, params)):
         p.validate()

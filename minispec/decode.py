@@ -253,18 +253,7 @@ class SpeculativeDecoder:
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
-        check_request(
-            prompts,
-            params,
-            spec,
-            on_tokens,
-            warm_up,
-            target=self.target,
-            draft=self.draft,
-            suffix_index=self.suffix_index,
-            context=self.max_seq_len,
-            head=self.head if self.head is not None else self.load_head,
-        )
+        check_request(prompts, params, spec, on_tokens, warm_up, self)
         # The models' KV caches are a call's one working memory: two calls interleaving their
         # rounds would overwrite each other's entries. Calls from several threads wait.
         with exclusive([m for m in self.models() if m is not None]), torch.no_grad():
