@@ -320,7 +320,7 @@ def test_row_spread_measures_how_far_rows_differ_beyond_chance() -> None:
 def test_row_spread_is_read_off_the_slowest_row() -> None:
     """63 rows alike and one 0.2 under them, as a hard text among easy ones: the slowest row
     takes r (1 / mu(a - 0.2) - 1 / mu(a)) rounds more, and tau is read where it sits (0.2 / z_64,
-    0.083, within 0.02). The rows' variance less chance, the estimator tau had, gives 0.02."""
+    0.083, within 0.02). The rows' variance less chance under-reads it: about 0.02."""
     rng = random.Random(0)
     rates = [0.72] * 63 + [0.52]
     spread = RowSpread.of_rows(64)
