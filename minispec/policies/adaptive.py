@@ -70,8 +70,9 @@ class DepthAcceptance:
 class RowSpread:
     """tau: how far rows' acceptance differs beyond chance within one call (their prompts
     differ). Per row, the drafts that passed less those the family's per-depth rates expect,
-    over the drafts tested; tau^2 is those deviations' variance less the part chance explains
-    (each draft a Bernoulli trial at its depth's rate)."""
+    over the drafts tested; tau^2 is those deviations' spread, read off the lowest row
+    (`spread`), less the part chance explains (each draft a Bernoulli trial at its depth's
+    rate)."""
 
     tested: list[float]
     excess: list[float]
