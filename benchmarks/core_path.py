@@ -7,7 +7,8 @@ and reports, for the library (minispec/, model/, sampling/; minispec/commands/ l
 command line's own), the code lines of every function the decode called (lines that are not
 blank, not comments, not docstrings; a function counts once, however often it ran), the files
 they lie in, and the call frames from the CLI's entry (`cli.main`, counted) to the first
-`rejection_sample` (counted). tests/test_core_size.py holds the three below their bounds.
+`rejection_sample` (counted), and the library's code lines in all, run or not.
+tests/test_core_size.py holds the first three below their bounds.
 """
 
 from __future__ import annotations
@@ -42,29 +43,48 @@ def in_library(filename: str) -> bool:
     return parts[0] in LIBRARY and parts[:2] != ("minispec", "commands")
 
 
-def code_lines(source: str) -> dict[int, tuple[str, int]]:
-    """For each function in `source`: the first line of its `def` and of each decorator (what a
-    code object's co_firstlineno may be) -> (its name, its code lines)."""
-    tree = ast.parse(source)
-    docstrings = set()
+def docstring_lines(tree: ast.Module) -> set[int]:
+    """The lines of every module, class and function docstring in `tree`."""
+    lines = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 if isinstance(first.value.value, str):
-                    docstrings.update(range(first.lineno, first.end_lineno + 1))
-    text = source.splitlines()
+                    lines.update(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
+def is_code(text: list[str], docstrings: set[int], line: int) -> bool:
+    """Line `line` (1-based) holds code: not blank, not a comment, not a docstring."""
+    return line not in docstrings and text[line - 1].strip()[:1] not in ("", "#")
+
+
+def code_lines(source: str) -> dict[int, tuple[str, int]]:
+    """For each function in `source`: the first line of its `def` and of each decorator (what a
+    code object's co_firstlineno may be) -> (its name, its code lines)."""
+    tree = ast.parse(source)
+    docstrings, text = docstring_lines(tree), source.splitlines()
     functions = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            count = sum(
-                1
-                for i in range(node.lineno, node.end_lineno + 1)
-                if i not in docstrings and text[i - 1].strip()[:1] not in ("", "#")
-            )
+            lines = range(node.lineno, node.end_lineno + 1)
+            count = sum(is_code(text, docstrings, i) for i in lines)
             for start in [node.lineno] + [d.lineno for d in node.decorator_list]:
                 functions[start] = (node.name, count)
     return functions
+
+
+def library_lines() -> int:
+    """Code lines in every library file (minispec/commands/ left out), run or not."""
+    total = 0
+    for package in LIBRARY:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if in_library(str(path)):
+                source = path.read_text(encoding="utf-8")
+                docstrings, text = docstring_lines(ast.parse(source)), source.splitlines()
+                total += sum(is_code(text, docstrings, i) for i in range(1, len(text) + 1))
+    return total
 
 
 def measure(max_new_tokens: int = 24) -> CorePath:
@@ -132,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{lines:14d}  {key.split(':', 1)[1]}")
     print(
         f"core: {core.lines} code lines in {len(core.per_function)} functions, {core.files} "
-        f"files; frames from cli.main to rejection_sample: {core.frames}"
+        f"files; frames from cli.main to rejection_sample: {core.frames}; the library: "
+        f"{library_lines()} code lines in all"
     )
     return 0
 

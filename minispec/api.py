@@ -12,10 +12,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.checks import check_params
 from minispec.decode import SpeculativeDecoder
 from minispec.machine import device_problem
-from minispec.params import SamplingParams, SpeculativeConfig, check_int
+from minispec.params import SamplingParams, SpeculativeConfig, check_int, check_params
 from minispec.rules import DEFAULT_TREE_BRANCHING, check_seed_count
 from minispec.stats import DecodeStats
 from model import tokenizer as byte_tokenizer
@@ -148,7 +147,7 @@ def generate(
 
     A bad argument raises TypeError (wrong type) or ValueError (wrong value) naming it: here
     the text's (prompts, tokenizer) and the shared sampling arguments', the rest by the
-    decoder (minispec/checks.py)."""
+    decoder (minispec/params.py)."""
     check_tokenizer(tokenizer)
     if decoder is not None and not isinstance(decoder, SpeculativeDecoder):
         raise TypeError(

@@ -23,10 +23,15 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from minispec.checks import check_decoder, check_request
 from minispec.compilation import Compiled, compile_round
 from minispec.machine import prefill_threads
-from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
+from minispec.params import (
+    SamplingParams,
+    SpeculativeConfig,
+    check_decoder,
+    check_request,
+    row_constraints,
+)
 from minispec.policies import FixedK, Policy
 from minispec.policies.adaptive import AdaptivePolicy, FamilyMeasurements
 from minispec.proposers import PROPOSERS, Held, HostProposer, Proposer, SuffixIndex

@@ -1,7 +1,7 @@
 """One round of speculative decoding (Leviathan et al. 2022, Algorithm 1) for a whole batch.
 
 `speculative_round` reads top to bottom as the algorithm, one phase per line:
-  noise    all of the round's randomness, fresh for every round         (minispec/rng.py)
+  noise    all of the round's randomness, fresh for every round         (sampling/noise.py)
   propose  up to K drafts x_1..x_L per row, and the q they came from   (minispec/proposers/)
   verify   the target's logits at [last, x_1..x_K], one (K+1)-token forward
   accept   the rejection sampler: n accepted drafts + 1 corrective or bonus token
@@ -19,11 +19,11 @@ from typing import NamedTuple
 import torch
 
 from minispec.proposers import DraftSampling, Proposal, Proposer
-from minispec.rng import round_noise
 from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling import rejection_sample, sample
 from sampling.constraints import RowConstraints, distribution
+from sampling.noise import round_noise
 
 
 class RoundSettings(NamedTuple):

@@ -1,7 +1,7 @@
 """One round of tree speculation: the round of minispec/round.py with a tree of drafts in place of
 a chain (chosen by `--proposer tree`; the chain's round does not change for it).
 
-  noise    one draft row, one uniform per node and one target row        (minispec/rng.py)
+  noise    one draft row, one uniform per node and one target row        (sampling/noise.py)
   propose  the draft model's tree, one draft step per depth      (minispec/proposers/tree.py)
   verify   the target's logits at the root and at every node, in one (N+1)-token forward,
            each node attending to the row's earlier tokens and its own ancestors
@@ -20,11 +20,11 @@ import torch
 
 from minispec.proposers import DraftSampling, FeatureHeadTreeProposer, TreeProposer
 from minispec.proposers.tree import tree_layout
-from minispec.rng import round_noise
 from minispec.round import RoundSettings
 from minispec.state import LoopState, advance, alpha_statistics
 from model.gpt import GPT
 from sampling.constraints import RowConstraints, distribution
+from sampling.noise import round_noise
 from sampling.tree import TreeOutput, TreeShape, tree_rejection_sample, tree_shape
 
 

@@ -20,9 +20,8 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
 from model import tokenizer
-from model.config import GPTConfig
 from model.errors import CheckpointError, listed
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 from model.head import FeatureHead, HeadConfig
 from model.hf import load_hf_folder
 from model.storage import (

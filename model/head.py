@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.config import GPTConfig
-from model.gpt import GPT, Block, CacheLayout, KVCache, rope_at, rope_tables
+from model.gpt import GPT, Block, CacheLayout, GPTConfig, KVCache, rope_at, rope_tables
 
 
 @dataclass(frozen=True, slots=True)

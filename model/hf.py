@@ -20,10 +20,9 @@ from safetensors.torch import load_file
 from safetensors.torch import save as save_bytes
 
 from model import hf_tokenizer, tokenizer
-from model.config import GPTConfig
 from model.errors import CheckpointError, listed, read_json
 from model.folders import replace_folder
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 from model.storage import TIED_KEY, cast_finite, config_shapes
 
 FORMAT = "hf-llama"  # the "format" a loaded folder's metadata reports

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import torch
 
-from model.config import GPTConfig
 from model.errors import CheckpointError
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 
 TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`

@@ -206,7 +206,7 @@ def _sample_core(
 # (B = 1, V up to 32k) the work takes microseconds; a team of threads saves a little of that on
 # an idle machine but waits milliseconds whenever another process holds a core.
 # realize_opcount_threshold (Inductor's default is 30) stores a value in a buffer once it takes
-# more than 16 ops to compute. The counter-based noise (minispec/rng.py) reuses each value of its
+# more than 16 ops to compute. The counter-based noise (sampling/noise.py) reuses each value of its
 # hash chain; inlined, every reuse recomputes the chain, and lowering that expression tree took
 # Inductor minutes for the noise of one round (docs/startup.md).
 COMPILE_OPTIONS = dict(

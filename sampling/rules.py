@@ -3,7 +3,7 @@ rejection_sample_method) and, as fields, what sets the rule apart from the other
 
 A sampler looks the name up once, at its entry (``rule_named``), and from there branches on the
 entry's fields, never on its name: ``rejection_sample`` and ``tree_rejection_sample``, the
-round's noise (minispec/rng.py), and the oracles (reference.py, exact_law.py), which read the
+round's noise (sampling/noise.py), and the oracles (reference.py, exact_law.py), which read the
 fields but none of the samplers' code. A new rule is one entry here, then a branch on its new
 field wherever it differs.
 """

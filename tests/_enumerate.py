@@ -17,8 +17,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 from model.head import FeatureHead, HeadConfig
 from sampling.constraints import filtered_logits, normalize_params
 from sampling.exact_law import chi_square, chi_square_sf  # noqa: F401 (the tests import them here)

@@ -25,8 +25,7 @@ from model.checkpoint import (
     save_checkpoint,
     tensor_digest,
 )
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 
 SMALL = GPTConfig(n_layer=2, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=32)
 

@@ -26,9 +26,9 @@ from _enumerate import (
 import minispec.compilation.announce
 import minispec.decode as decode
 import minispec.policies.adaptive
-import minispec.rng
 import minispec.round
 import minispec.state
+import sampling.noise
 from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig, row_constraints
@@ -386,12 +386,12 @@ def test_the_loop_reads_the_device_once_per_round(
     k: int | str, proposer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Count every tensor-to-host read made by the loop's modules (minispec/decode.py, round.py,
-    state.py, rng.py) inside generate's rounds (prefill and the final stats copy are outside
-    them). sampling/ checks its CPU inputs' values on the host unless told not to, as the round
-    tells it, so reads made there do not count. Adaptive K chooses from the snapshot the round's
-    read brings, on the host; the suffix lookup reads the host's own tokens."""
+    state.py, sampling/noise.py) inside generate's rounds (prefill and the final stats copy are
+    outside them). sampling/ checks its CPU inputs' values on the host unless told not to, as
+    the round tells it, so reads made there do not count. Adaptive K chooses from the snapshot
+    the round's read brings, on the host; the suffix lookup reads the host's own tokens."""
     reads: list[str] = []
-    modules = (decode, minispec.round, minispec.state, minispec.rng, minispec.policies.adaptive)
+    modules = (decode, minispec.round, minispec.state, sampling.noise, minispec.policies.adaptive)
     loop_files = {m.__file__ for m in modules}
     for name in HOST_READS:
         method = getattr(torch.Tensor, name)

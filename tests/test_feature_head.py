@@ -22,9 +22,9 @@ from _enumerate import one_thread, random_gpt, random_head  # noqa: F401 (one_th
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig, row_constraints
 from minispec.proposers import DraftSampling
-from minispec.rng import round_noise
 from minispec.round import RoundSettings, speculative_round
 from sampling.constraints import distribution
+from sampling.noise import round_noise
 from sampling.tree import tree_shape
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -35,8 +35,7 @@ from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from model import checkpoint, folders, hf, hf_tokenizer, tokenizer
 from model.checkpoint import CheckpointError, load_checkpoint, load_pair
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

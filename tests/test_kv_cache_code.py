@@ -9,8 +9,7 @@ import re
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 
 
 def test_a_compiled_step_writes_the_cache_in_place() -> None:

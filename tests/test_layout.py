@@ -290,18 +290,18 @@ def test_the_reading_path_reads_in_dependency_order() -> None:
     assert not late, "\n".join(late)
 
 
-# Keyings the code rejects (minispec/rng.py says why): the standard and block rules key a
+# Keyings the code rejects (sampling/noise.py says why): the standard and block rules key a
 # round's numbers by its first position, never by the position each number is used at.
 REJECTED_KEYINGS = ("hash of (seed, position)", "hash of (seed, absolute position)")
 
 
 def test_the_docs_teach_the_noise_keying_the_code_uses() -> None:
-    """README and docs/ describe the randomness as rng.py draws it: the reading path's step on
-    rng.py names the round's first position, rng.py keys round_noise's streams by `start`, and
-    no document teaches a per-position keying."""
-    (row,) = [read for _, files, read, _ in reading_path_rows() if "minispec/rng.py" in files]
+    """README and docs/ describe the randomness as noise.py draws it: the reading path's step on
+    noise.py names the round's first position, noise.py keys round_noise's streams by `start`,
+    and no document teaches a per-position keying."""
+    (row,) = [read for _, files, read, _ in reading_path_rows() if "sampling/noise.py" in files]
     assert "round's first position" in row
-    source = (ROOT / "minispec" / "rng.py").read_text()
+    source = (ROOT / "sampling" / "noise.py").read_text()
     assert "round_keys(seeds, start, STREAM_UNIFORM" in source
     for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         text = " ".join(path.read_text().split())

@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 
 TOL = 1e-4  # the bound on max |cached - full| in float32
 SMALL = GPTConfig(n_layer=2, n_head=2, d_model=32, mlp_hidden=64, max_seq_len=64)

@@ -1,4 +1,4 @@
-"""No two rounds share a random number (minispec/rng.py), and why it matters: block verification.
+"""No two rounds share a random number (sampling/noise.py), and why it matters: block verification.
 
 Block verification keeps X^tau with tau the LAST passing position, so every uniform after tau
 failed and every draft after tau entered the block's weights: those numbers are conditioned on
@@ -38,9 +38,9 @@ from _enumerate import (
 )
 
 import minispec.round
-from minispec import rng
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
+from sampling import noise as rng
 from sampling import rejection_sample
 from sampling.noise import race
 

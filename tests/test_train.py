@@ -14,8 +14,7 @@ from minispec.commands import train, train_args
 from minispec.commands.corpus import Corpus, load_corpus
 from minispec.commands.train import Schedule
 from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
-from model.config import PRESETS
-from model.gpt import GPT
+from model.gpt import GPT, PRESETS
 from model.tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, VOCAB_SIZE
 
 UNIFORM_BITS = math.log2(VOCAB_SIZE)  # ~8.01: the loss of a model that knows nothing

@@ -11,8 +11,7 @@ import torch
 
 from minispec.commands import train_head
 from model.checkpoint import load_checkpoint, load_head, save_checkpoint
-from model.config import PRESETS
-from model.gpt import GPT
+from model.gpt import GPT, PRESETS
 
 CORPUS = "def f(x):\n    return x + 1\n\n\nclass A:\n    pass\n" * 40
 

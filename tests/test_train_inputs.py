@@ -16,9 +16,8 @@ from minispec.commands import train
 from minispec.commands.cli import main
 from minispec.commands.corpus import is_held_out, load_corpus
 from model.checkpoint import save_checkpoint
-from model.config import PRESETS
 from model.folders import MARKER
-from model.gpt import GPT
+from model.gpt import GPT, PRESETS
 
 # 272 bytes: more than a window of the tiny preset (64 bytes, and the next one for the target)
 SOURCE = b"def double(x):\n    return 2 * x\n\n\n" * 8

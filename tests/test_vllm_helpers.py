@@ -16,8 +16,7 @@ from benchmarks.vllm_check import (
     strip_eos,
 )
 from benchmarks.vllm_peer import speculative_config
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 
 
 def test_strip_eos_cuts_at_the_first_eos_only():

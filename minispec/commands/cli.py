@@ -28,6 +28,7 @@ import os
 import sys
 import time
 from importlib import import_module
+from pathlib import Path
 from typing import Callable
 
 from minispec.commands.args import (
@@ -300,7 +301,9 @@ def run_decode(argv: list[str]) -> int:
         target, args.draft or DEFAULT_DRAFT, args.device, compile, args.head or DEFAULT_HEAD
     )
     decoder.prefill_threads = args.prefill_threads
-    tokenizer = load_tokenizer(target)  # the draft's is the same: load_pair compared them
+    # A checkpoint file is on the byte vocabulary; a model folder may carry its own tokenizer.
+    # The draft's is the same: load_pair compared them.
+    tokenizer = load_tokenizer(target) if Path(target).is_dir() else byte_tokenizer
     if args.proposer == "suffix" and decoder.suffix_index is None:
         from minispec.commands.build_index import cached_index
 

@@ -41,10 +41,9 @@ from model.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from model.config import PRESETS, GPTConfig
 from model.errors import CheckpointError
 from model.folders import MARKER, list_written, unlisted
-from model.gpt import GPT
+from model.gpt import GPT, PRESETS, GPTConfig
 from model.storage import remove_stale_temporaries
 
 # The files a run writes into --out-dir besides the models: the loss curve is a PNG with

@@ -20,8 +20,7 @@ from minispec.decode import SpeculativeDecoder
 from minispec.machine import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig
 from minispec.stats import expected_tokens_per_round
-from model.config import GPTConfig
-from model.gpt import GPT
+from model.gpt import GPT, GPTConfig
 from sampling import exact_law, rejection_sample
 from sampling.tree import tree_rejection_sample, tree_shape
 
@@ -283,7 +282,7 @@ def through_the_loop(rows: int, seed: int, verdict: Verdict) -> None:
             f"{p_value:9.3g}{'' if ok else '  <- off'}"
         )
     print(
-        "\nEvery standard or block round draws fresh numbers (minispec/rng.py): block keeps the "
+        "\nEvery standard or block round draws fresh numbers (sampling/noise.py): block keeps the "
         "LAST\npassing position, so the uniforms and drafts past it are conditioned on what it "
         "kept, and no\nlater round may read them. drafter_invariant's token at position t is the "
         "target's race with\nnoise keyed by t alone: the K = 0 token of that seed."
