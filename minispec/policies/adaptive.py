@@ -6,8 +6,8 @@ that width_choice.py predicts finishes the call soonest, from three measurements
 - DepthAcceptance: how often a draft at each depth passes once those before it did, counted
   from the rounds' snapshots (n accepted of L drafts);
 - RowSpread: how far rows' acceptance differs beyond chance, which sets a batch's slowest row;
-- RoundTimes: each width's round time at a context, from rounds that follow a round of the
-  same width.
+- RoundTimes: each width's round time relative to the others', read off rounds of two widths
+  run one after the other, and the machine's pace now.
 
 It keeps them across calls, one FamilyMeasurements per graph family (proposer, batch size,
 sample methods, all-greedy or not), in a dict the decoder holds (`families`). Exact, like any
@@ -16,6 +16,7 @@ policy: it reads finished rounds only.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -107,43 +108,101 @@ class RowSpread:
 
 @dataclass(slots=True)
 class RoundTimes:
-    """Each width's round time in seconds at a context (the batch's longest row): the mean of
-    its last `window` steady rounds (those right after a round of the same width), moved along
-    the context by one growth rate for every width (`growth`). At B = 64 a K = 0 round here
-    takes 51 ms at a 300-token prompt's end and 62 ms 128 tokens later (K = 2: 96 and 112 ms),
-    and K = 0 runs mostly at a call's end: compared at the contexts they were timed at, K = 0
-    looked 10-20 % dearer than it runs. The first round after a change of width (a different
-    graph, cold caches) and a round that compiled are not a width's time: counted, they priced
-    K = 0, run once a call next to a change, out of large batches where it wins. A width never
-    timed is priced from those timed (`of`)."""
+    """Each width's round time, as a time relative to the other widths' and the machine's pace
+    now. The machine's pace moves by up to 20 % from one call to the next (results/auto.md), so
+    times a width took in one spell and another width took in another do not compare. A width's
+    relative time is read off pairs: its first steady rounds after a change (up to RUN) against
+    the last rounds of the width before it, in the same call, where what the pace and the
+    context do in between cancels; a width's last PAIRS such readings are averaged (`relative`).
+    The pace, seconds per unit of relative time, follows the latest rounds; it scales every
+    width alike, so it moves no choice, only the predicted seconds. Those also grow with the
+    context, by one rate for every width (`growth`), fit on each width's last `window` steady
+    rounds (`seconds`, `levels`). The first round after a change of width (a different graph,
+    cold caches) and a round that compiled are not a width's time. A width never paired is
+    priced from those that were (`of`)."""
 
     c: float
     window: int = 64
     rounds: int = 0  # the family's timed rounds
     seconds: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # (context, s)
     levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (mean context, s)
-    last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was timed
+    last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was paired
+    # Per width, its last PAIRS readings of log(relative time)
+    relative: dict[int, deque[float]] = field(default_factory=dict)
+    # The latest steady rounds, (width, seconds, context)
+    recent: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=RUN))
+    before: tuple[int, float, float] | None = None  # the run before this: width, mean s, context
+    run: list[tuple[float, float]] = field(default_factory=list)  # this run's first (s, context)
+    source: dict[int, int] = field(default_factory=dict)  # the width each was last read off
+    pace: float | None = None  # seconds per unit of relative time, at `context`
+    context: float = 0.0  # the latest timed round's
     # The first round after a change of width over that width's time, the latest few
     changes: deque[float] = field(default_factory=lambda: deque(maxlen=9))
     slope: tuple[int, float] | None = None  # (rounds, growth()) when growth was last fit
 
+    def new_call(self) -> None:
+        """A call starts: no pair spans two calls (the pace may jump between them)."""
+        self.recent.clear()
+        self.before, self.run = None, []
+
     def observe(self, k: int, seconds: float, context: float = 0.0) -> None:
+        """A steady round: width k, after a round of the same width, took `seconds`."""
         self.rounds += 1
-        self.last_timed[k] = self.rounds
         samples = self.seconds.setdefault(k, deque(maxlen=self.window))
         samples.append((context, seconds))
-        # A call's time is a sum of its rounds, so a width's level is their mean, each round
-        # clipped at STALL times the median so that one stall cannot move it; it sits at the
-        # mean context while time grows with context
+        # The growth's reference: each width's mean round, each clipped at STALL times the
+        # median so that one stall cannot move it, at the mean context
         ceiling = STALL * statistics.median(s for _, s in samples)
         self.levels[k] = (
             statistics.fmean(c for c, _ in samples),
             statistics.fmean(min(s, ceiling) for _, s in samples),
         )
+        if self.recent and self.recent[-1][0] != k:  # this run's first steady round
+            j = self.recent[-1][0]
+            before = [(s, c) for w, s, c in self.recent if w == j]
+            self.before = (j, *map(statistics.fmean, zip(*before)))
+            self.recent.clear()
+            self.run = []
+        self.recent.append((k, seconds, context))
+        if not self.relative:  # the first width timed sets the unit
+            self.relative[k] = deque([math.log(seconds)], maxlen=PAIRS)
+            self.last_timed[k] = self.rounds
+        elif self.pairs_with(k) and len(self.run) < RUN:
+            self.run.append((seconds, context))
+            j, seconds_before, context_before = self.before
+            mean, at = map(statistics.fmean, zip(*self.run))
+            # The few tokens between the two runs grew the later one's rounds: taken out
+            grown = max(1 + self.growth() * (at - context_before), 0.5)
+            reading = self.log_relative(j) + math.log(mean / seconds_before / grown)
+            readings = self.relative.setdefault(k, deque(maxlen=PAIRS))
+            if len(self.run) > 1:  # the same pair, read on more of this run
+                readings[-1] = reading
+            else:
+                readings.append(reading)
+            self.last_timed[k] = self.rounds
+            self.source[k] = j
+        if k in self.relative:
+            now = seconds / math.exp(self.log_relative(k))
+            self.pace = (
+                now
+                if self.pace is None
+                else PACE * min(now, STALL * self.pace) + (1 - PACE) * self.pace
+            )
+            self.context = context
+
+    def pairs_with(self, k: int) -> bool:
+        """This run of width k reads its relative time off the run before it: that width's is
+        known, and was not itself read off k (back from a probe of k, the reading would only
+        echo k's, and add the growth between)."""
+        j = None if self.before is None else self.before[0]
+        return j in self.relative and self.source.get(j) != k
+
+    def log_relative(self, k: int) -> float:
+        return statistics.fmean(self.relative[k])
 
     def observe_change(self, k: int, seconds: float, context: float = 0.0) -> None:
         """A round at width k that followed a round of another width took `seconds`."""
-        if k in self.seconds:
+        if k in self.relative:
             self.changes.append(seconds / self.of(k, context))
 
     def change_cost(self) -> float:
@@ -169,16 +228,17 @@ class RoundTimes:
         return self.slope[1]
 
     def of(self, k: int, context: float = 0.0) -> float:
-        """Width k's time at `context`. A width never timed: on the line through the two
-        nearest timed widths (a verify's cost grows about linearly in K), not under the
-        cheaper; with one timed, scaled from it by the cost model; with none, the cost model
-        in units of a K = 0 round."""
-        if k in self.levels:
-            at, level = self.levels[k]
+        """Width k's time at `context`: its relative time at the pace now, grown from the
+        latest round's context. A width never paired: on the line through the two nearest
+        paired widths (a verify's cost grows about linearly in K), not under the cheaper; with
+        one paired, scaled from it by the cost model; with none, the cost model in units of a
+        K = 0 round."""
+        if k in self.relative:
             # A line fit to one half of a call and read at the other can fall steeply: not
             # below half
-            return level * max(1 + self.growth() * (context - at), 0.5)
-        near = sorted(self.levels, key=lambda w: (abs(w - k), w))[:2]
+            grown = max(1 + self.growth() * (context - self.context), 0.5)
+            return math.exp(self.log_relative(k)) * self.pace * grown
+        near = sorted(self.relative, key=lambda w: (abs(w - k), w))[:2]
         model = lambda width: 1 + width * self.c  # noqa: E731
         if not near:
             return model(k)
@@ -188,6 +248,9 @@ class RoundTimes:
         return max(t_a + (k - a) * (t_b - t_a) / (b - a), min(t_a, t_b))
 
 
+RUN = 4  # steady rounds on each side of a change that pair two widths
+PAIRS = 8  # readings of a width's relative time averaged
+PACE = 0.25  # the weight of the latest round in the pace
 REFIT = 32  # timed rounds between two fits of RoundTimes.growth
 STALL = 1.5  # a round over this many times its width's median counts as this many
 
@@ -202,6 +265,7 @@ class FamilyMeasurements:
     times: RoundTimes
     acceptance: DepthAcceptance
     spreads: deque[float] = field(default_factory=lambda: deque(maxlen=8))  # calls' tau^2
+    width: int | None = None  # the width its last round ran
 
     def observe_spread(self, spread: float) -> None:
         self.spreads.append(spread**2)
@@ -225,13 +289,14 @@ class AdaptivePolicy:
         prompt_lengths: list[int] | None = None,
     ) -> None:
         self.config, self.family, self.warm_up = config, family, warm_up
+        family.times.new_call()
         self.widths = config.widths
         self.remaining = list(max_new_tokens)  # per row; 0 once it is done
         self.lengths = list(prompt_lengths or [0] * len(max_new_tokens))  # per row, as it grows
         self.rows = RowSpread.of_rows(len(max_new_tokens))
         self.previous: int | None = None  # the last round's K, if its time was a round's
         self.probe: list[int] = []  # the widths to run next, whatever the prediction says
-        self.k: int | None = None  # no width runs yet: none is kept for the margin's sake
+        self.k: int | None = family.width  # the family's last: the margin keeps it, too
         self.k = self.widths[0] if warm_up else self.choose()
         self.pending = list(self.widths[1:]) if warm_up else []
 
@@ -327,6 +392,7 @@ class AdaptivePolicy:
         elif timed and self.previous is not None:
             self.family.times.observe_change(self.k, seconds, context)
         self.previous = None if seconds is None else self.k
+        self.family.width = self.k
         config = self.config
         self.rows.observe(
             snapshot, self.family.acceptance.rates(config.prior_alpha, config.prior_weight)
