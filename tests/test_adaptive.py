@@ -278,6 +278,25 @@ def test_a_width_not_run_for_a_while_is_timed_again_if_it_may_win() -> None:
     assert policy.widths[policy.due(times)] in (2, 8)
 
 
+def test_a_width_probed_without_a_reading_is_not_due_again_at_once() -> None:
+    """K = 4 is read off K = 8, runs past retime_after, and K = 8 is probed from it. The probe
+    reads K = 8 nothing new (off K = 4, read off K = 8, it would echo itself), but K = 8 ran:
+    it is not due again, or every other round would probe it."""
+    config = AdaptiveConfig(widths=(4, 8), retime_after=10)
+    family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(8))
+    times = family.times
+    for k in (8, 8, 4):  # K = 8 sets the unit, K = 4 is read off it
+        times.observe(k, TIMES_B1[k])
+    for _ in range(10):
+        times.observe(4, TIMES_B1[4])
+    times.observe(8, TIMES_B1[8])  # the probe's timed round
+    assert len(times.relative[8]) == 1
+    policy = AdaptivePolicy(config, family, [1000])
+    times_now = policy.predicted_times()
+    assert times_now[1] <= config.probe_within * min(times_now)  # K = 8 is worth a probe
+    assert policy.due(times_now) is None
+
+
 def test_a_round_that_compiled_and_the_round_after_a_change_are_not_timed() -> None:
     family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(8))
     policy = AdaptivePolicy(AdaptiveConfig(widths=(2,)), family, [100])

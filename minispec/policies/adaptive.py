@@ -126,7 +126,7 @@ class RoundTimes:
     rounds: int = 0  # the family's timed rounds
     seconds: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # (context, s)
     levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (mean context, s)
-    last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each was paired
+    last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each last ran
     # Per width, its last PAIRS readings of log(relative time)
     relative: dict[int, deque[float]] = field(default_factory=dict)
     # The latest steady rounds, (width, seconds, context)
@@ -148,6 +148,7 @@ class RoundTimes:
     def observe(self, k: int, seconds: float, context: float = 0.0) -> None:
         """A steady round: width k, after a round of the same width, took `seconds`."""
         self.rounds += 1
+        self.last_timed[k] = self.rounds
         samples = self.seconds.setdefault(k, deque(maxlen=self.window))
         samples.append((context, seconds))
         # The growth's reference: each width's mean round, each clipped at STALL times the
@@ -166,7 +167,6 @@ class RoundTimes:
         self.recent.append((k, seconds, context))
         if not self.relative:  # the first width timed sets the unit
             self.relative[k] = deque([math.log(seconds)], maxlen=PAIRS)
-            self.last_timed[k] = self.rounds
         elif self.pairs_with(k) and len(self.run) < RUN:
             self.run.append((seconds, context))
             j, seconds_before, context_before = self.before
@@ -179,7 +179,6 @@ class RoundTimes:
                 readings[-1] = reading
             else:
                 readings.append(reading)
-            self.last_timed[k] = self.rounds
             self.source[k] = j
         if k in self.relative:
             now = seconds / math.exp(self.log_relative(k))
