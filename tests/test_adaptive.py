@@ -39,8 +39,11 @@ ACCEPTANCE_T0 = (0.85, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.4)
 TIMES_B1 = {0: 1.0, 2: 1.22, 4: 1.5, 8: 1.81}
 TIMES_B16 = {0: 1.0, 2: 2.2, 4: 3.4, 8: 5.9}
 TIMES_B64 = {0: 1.0, 2: 1.88, 4: 2.9, 8: 5.3}
+# Compiled ahead of time, B = 1 rounds cost about the same at K = 0, 2 and 4 (launch-bound)
+TIMES_B1_FLAT = {0: 1.0, 2: 1.0, 4: 1.1, 8: 1.6}
 SCENARIOS = {  # round times, rows, per-depth acceptance, tau (rows' spread of acceptance)
     "B = 1, T = 0": (TIMES_B1, 1, ACCEPTANCE_T0, 0.0),
+    "B = 1, T = 0, flat": (TIMES_B1_FLAT, 1, ACCEPTANCE_T0, 0.0),
     "B = 16, T = 1": (TIMES_B16, 16, ACCEPTANCE, 0.0),
     "B = 64, T = 1": (TIMES_B64, 64, ACCEPTANCE, 0.08),
 }
@@ -48,6 +51,7 @@ PROMPT = 300  # tokens in each row's prompt
 GROWTH = 0.0017  # a round's time grows by this share per token of context (22 % over 128)
 DRIFT = 0.05  # the machine's speed drifts this much either way over 300 rounds
 JUMP = 0.15  # and each call runs at its own pace, up to this much either way
+STALLS = 0.03  # the share of rounds 20-60 % slow
 
 
 def test_round_tokens_is_eq_1_when_every_depth_accepts_alike() -> None:
@@ -167,12 +171,12 @@ def simulate(
     """Tokens per unit time over `calls` calls of a scenario's rows, each round timed as its
     times say, give or take 5 %, longer as the context grows (GROWTH), 30 % slower on the first
     round after a change of width (the bias a timing must not take for the width's), the
-    machine's speed drifting by 5 % either way over 300 rounds, and each call at a pace of its
-    own, up to 15 % either way (results/auto.md: up to 20 % from call to call). Each row's
-    acceptance is moved by an offset drawn per call (tau: rows differ beyond chance). fixed: a
-    fixed K, else auto."""
+    machine's speed drifting by 5 % either way over 300 rounds, each call at a pace of its own,
+    up to 15 % either way (results/auto.md: up to 20 % from call to call), and 3 % of rounds
+    20-60 % slow. Each row's acceptance is moved by an offset drawn per call (tau: rows differ
+    beyond chance). fixed: a fixed K, else auto."""
     times, rows, acceptance, tau = SCENARIOS[scenario]
-    rng, paces = random.Random(seed), random.Random(seed + 1)
+    rng, paces, stalls = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
     config = AdaptiveConfig(widths=WIDTHS)
     family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(max(WIDTHS)))
     total_time = total_tokens = 0.0
@@ -189,6 +193,8 @@ def simulate(
             seconds = times[k] * rng.uniform(0.95, 1.05) * (1.3 if k != previous else 1.0)
             seconds *= (1 + GROWTH * context) * (1 + DRIFT * math.sin(2 * math.pi * rounds / 300))
             seconds *= pace
+            if stalls.random() < STALLS:  # a slow round, as another process takes the core
+                seconds *= stalls.uniform(1.2, 1.6)
             previous, rounds = k, rounds + 1
             total_time += seconds
             total_tokens += sum(len(r.token_ids) for r in snapshot.rows)
@@ -197,15 +203,16 @@ def simulate(
 
 
 @pytest.mark.parametrize(
-    "scenario,best", [("B = 1, T = 0", 4), ("B = 16, T = 1", 0), ("B = 64, T = 1", 0)]
+    "scenario,best",
+    [("B = 1, T = 0", 4), ("B = 1, T = 0, flat", 4), ("B = 16, T = 1", 0), ("B = 64, T = 1", 0)],
 )
 def test_auto_keeps_up_with_the_best_fixed_k_on_recorded_timings(scenario: str, best: int) -> None:
     """The issue's bound, 0.98x the best fixed K (K = 0 included), with the exploration of the
-    family's first call counted, as the mean over seeds 0-7: one seed's ratio moves by 0.01-0.02
+    family's first call counted, as the mean over seeds 0-7: one seed's ratio moves by 0.01-0.03
     with what its first calls happened to time, eight seeds' mean by about 0.005. It sits at
-    0.987 (B = 1), 0.998 and 0.996. With each width timed by its own rounds' mean rather than
-    beside another's (the rule before pair timing) it sits at 0.964, 0.988 and 0.965: the
-    calls' paces set the choice, and the bound fails at B = 1 and B = 64."""
+    0.986 (B = 1), 0.992 (B = 1, flat), 0.996 (B = 16) and 0.992 (B = 64). With each width timed
+    by its own rounds' mean rather than beside another's (the rule before pair timing) it sits
+    at 0.949, 0.989, 0.970 and 0.962: the calls' paces set the choice, and the bound fails."""
     ratios = []
     for seed in range(8):
         fixed = {k: simulate(scenario, k, seed=seed) for k in WIDTHS}
@@ -394,6 +401,16 @@ def test_widths_timed_at_different_contexts_compare_at_one() -> None:
     assert times.of(0, 300) / times.of(2, 300) == pytest.approx(ratio, rel=0.01)
     assert times.of(0, 300) == pytest.approx(TIMES_B64[0], rel=0.04)
     assert times.levels[0][1] / times.levels[2][1] > 1.08 * ratio
+
+
+def test_growth_is_at_most_one_over_the_context() -> None:
+    """Two rounds a token apart, 8 % apart in time: the line through them grows 8 % a token,
+    and would read a width timed 5 tokens later 40 % dear. A round's time grows at most in
+    proportion to its context, so the rate is at most 1 / context."""
+    times = RoundTimes(c=0.05)
+    times.observe(0, 1.00, 300)
+    times.observe(0, 1.08, 301)
+    assert 0 < times.growth() <= 1 / 300
 
 
 def test_an_untimed_width_is_priced_on_the_line_of_two_timed_ones() -> None:

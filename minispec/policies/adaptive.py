@@ -223,7 +223,11 @@ class RoundTimes:
                     deviation = min(max(seconds / level - 1, -0.5), 0.5)
                     products += (context - center) * deviation
                     squares += (context - center) ** 2
-            self.slope = (self.rounds, max(products / squares, 0.0) if squares else 0.0)
+            # A round's time grows at most in proportion to its context (no fixed part), so
+            # the rate is at most 1 / context: two rounds a token apart can fit any slope
+            most = 1 / max(min(center for center, _ in self.levels.values()), 1.0)
+            slope = products / squares if squares else 0.0
+            self.slope = (self.rounds, min(max(slope, 0.0), most))
         return self.slope[1]
 
     def of(self, k: int, context: float = 0.0) -> float:
@@ -276,7 +280,7 @@ class FamilyMeasurements:
 
 class AdaptivePolicy:
     """Which K each round of one call uses: the width of least predicted time, except that a
-    width worth knowing runs twice in a row to be timed (`due`). warm_up: each width once, in
+    width worth knowing runs three rounds in a row to be timed (`due`). warm_up: each width once, in
     order, then stop."""
 
     def __init__(
@@ -352,7 +356,8 @@ class AdaptivePolicy:
         best = choose_width(times, self.config.margin, current)
         due = self.due(times)
         if due is not None and due != best:
-            self.probe = [self.widths[due]]  # twice: the first round after a change is not timed
+            # Three rounds: the first after a change is not timed, the other two make a reading
+            self.probe = [self.widths[due]] * 2
             return self.widths[due]
         return self.widths[best]
 
