@@ -304,6 +304,14 @@ def test_a_width_probed_without_a_reading_is_not_due_again_at_once() -> None:
     assert policy.due(times_now) is None
 
 
+def test_a_call_keeps_the_familys_last_width_only_if_it_may_run_it() -> None:
+    """The first round keeps the width the family ran last, within the margin; a call whose
+    widths leave it out starts from none."""
+    family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(8))
+    family.width = 2
+    assert AdaptivePolicy(AdaptiveConfig(widths=(0, 4)), family, [128]).plan() in (0, 4)
+
+
 def test_a_round_that_compiled_and_the_round_after_a_change_are_not_timed() -> None:
     family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(8))
     policy = AdaptivePolicy(AdaptiveConfig(widths=(2,)), family, [100])

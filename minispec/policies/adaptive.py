@@ -299,7 +299,8 @@ class AdaptivePolicy:
         self.rows = RowSpread.of_rows(len(max_new_tokens))
         self.previous: int | None = None  # the last round's K, if its time was a round's
         self.probe: list[int] = []  # the widths to run next, whatever the prediction says
-        self.k: int | None = family.width  # the family's last: the margin keeps it, too
+        # The family's last width, which the margin keeps too (if this call may run it)
+        self.k: int | None = family.width if family.width in config.widths else None
         self.k = self.widths[0] if warm_up else self.choose()
         self.pending = list(self.widths[1:]) if warm_up else []
 
