@@ -130,7 +130,7 @@ def test_an_unreached_depth_borrows_the_rate_above_it() -> None:
 def test_a_width_is_timed_beside_another_so_the_machines_pace_cancels() -> None:
     """K = 0 runs a call at one pace; the next call runs 30 % slower, K = 0 for a few rounds,
     then K = 2. K = 2 is read off the K = 0 rounds just before it: 1.88 K = 0 rounds, as it is.
-    Each width's mean over its own rounds (`levels`) puts it at 2.33: a width timed in a slow
+    Each width's mean over its own rounds (`level`) puts it at 2.33: a width timed in a slow
     spell looks dear against one timed in a fast spell, which ran K = 2 at B = 64."""
     times = RoundTimes(c=0.1)
     assert times.of(4) == pytest.approx(1.4)  # none timed: the cost model, in K = 0 rounds
@@ -142,7 +142,7 @@ def test_a_width_is_timed_beside_another_so_the_machines_pace_cancels() -> None:
             times.observe(k, 1.3 * TIMES_B64[k])
     ratio = TIMES_B64[2] / TIMES_B64[0]
     assert times.of(2) / times.of(0) == pytest.approx(ratio, rel=0.01)
-    assert times.levels[2][1] / times.levels[0][1] > 1.2 * ratio
+    assert times.level(2)[1] / times.level(0)[1] > 1.2 * ratio
     # A width never paired lies on the line through the two that were.
     assert times.of(4) == pytest.approx(2 * times.of(2) - times.of(0))
 
@@ -408,7 +408,7 @@ def test_widths_timed_at_different_contexts_compare_at_one() -> None:
     ratio = TIMES_B64[0] / TIMES_B64[2]
     assert times.of(0, 300) / times.of(2, 300) == pytest.approx(ratio, rel=0.01)
     assert times.of(0, 300) == pytest.approx(TIMES_B64[0], rel=0.04)
-    assert times.levels[0][1] / times.levels[2][1] > 1.08 * ratio
+    assert times.level(0)[1] / times.level(2)[1] > 1.08 * ratio
 
 
 def test_growth_is_at_most_one_over_the_context() -> None:

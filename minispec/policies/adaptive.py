@@ -117,7 +117,7 @@ class RoundTimes:
     The pace, seconds per unit of relative time, follows the latest rounds; it scales every
     width alike, so it moves no choice, only the predicted seconds. Those also grow with the
     context, by one rate for every width (`growth`), fit on each width's last `window` steady
-    rounds (`seconds`, `levels`). The first round after a change of width (a different graph,
+    rounds (`seconds`, `level`). The first round after a change of width (a different graph,
     cold caches) and a round that compiled are not a width's time. A width never paired is
     priced from those that were (`of`)."""
 
@@ -125,7 +125,6 @@ class RoundTimes:
     window: int = 64
     rounds: int = 0  # the family's timed rounds
     seconds: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)  # (context, s)
-    levels: dict[int, tuple[float, float]] = field(default_factory=dict)  # (mean context, s)
     last_timed: dict[int, int] = field(default_factory=dict)  # `rounds` when each last ran
     # Per width, its last PAIRS readings of log(relative time)
     relative: dict[int, deque[float]] = field(default_factory=dict)
@@ -151,13 +150,6 @@ class RoundTimes:
         self.last_timed[k] = self.rounds
         samples = self.seconds.setdefault(k, deque(maxlen=self.window))
         samples.append((context, seconds))
-        # The growth's reference: each width's mean round, each clipped at STALL times the
-        # median so that one stall cannot move it, at the mean context
-        ceiling = STALL * statistics.median(s for _, s in samples)
-        self.levels[k] = (
-            statistics.fmean(c for c, _ in samples),
-            statistics.fmean(min(s, ceiling) for _, s in samples),
-        )
         if self.recent and self.recent[-1][0] != k:  # this run's first steady round
             j = self.recent[-1][0]
             before = [(s, c) for w, s, c in self.recent if w == j]
@@ -208,6 +200,16 @@ class RoundTimes:
         """What a change of width costs on top of the new width's round, in its rounds."""
         return max(statistics.median(self.changes) - 1, 0.0) if self.changes else 0.0
 
+    def level(self, k: int) -> tuple[float, float]:
+        """The growth's reference for width k: (the mean context, the mean of its kept rounds,
+        each clipped at STALL times their median so that one stall cannot move it)."""
+        samples = self.seconds[k]
+        ceiling = STALL * statistics.median(s for _, s in samples)
+        return (
+            statistics.fmean(c for c, _ in samples),
+            statistics.fmean(min(s, ceiling) for _, s in samples),
+        )
+
     def growth(self) -> float:
         """A round's relative growth per token of context, one for every width: the least-
         squares slope of each timed round's time over its width's level (less 1, within
@@ -217,15 +219,16 @@ class RoundTimes:
         round at B = 1, and the rate moves slowly."""
         if self.slope is None or self.rounds - self.slope[0] >= REFIT:
             products = squares = 0.0
+            levels = {k: self.level(k) for k in self.seconds}
             for k, samples in self.seconds.items():
-                center, level = self.levels[k]
+                center, level = levels[k]
                 for context, seconds in samples:
                     deviation = min(max(seconds / level - 1, -0.5), 0.5)
                     products += (context - center) * deviation
                     squares += (context - center) ** 2
             # A round's time grows at most in proportion to its context (no fixed part), so
             # the rate is at most 1 / context: two rounds a token apart can fit any slope
-            most = 1 / max(min(center for center, _ in self.levels.values()), 1.0)
+            most = 1 / max(min(center for center, _ in levels.values()), 1.0)
             slope = products / squares if squares else 0.0
             self.slope = (self.rounds, min(max(slope, 0.0), most))
         return self.slope[1]
