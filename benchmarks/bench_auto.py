@@ -3,8 +3,9 @@ corpus (the pair trained on the standard library; these prompts are cut from num
 
 Each rotation decodes every prompt once at K = 0, K = 4 and K = auto, in turn, in one process
 (draft model, the rounds compiled as --compile-mode says, one thread). Reported: each
-setting's tok/s, and the medians of the per-rotation ratios auto / K = 4 and auto / K = 0 with
-their min and max. Writes results/auto.md and results/auto.json.
+setting's tok/s, the medians of the per-rotation ratios auto / K = 4 and auto / K = 0 with
+their min and max, and the rounds auto ran at each K (which tells a width it locked onto from
+noise). Writes results/auto.md and results/auto.json.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy
@@ -50,18 +52,22 @@ def run(args: argparse.Namespace) -> dict:
         specs = {name: SpeculativeConfig(k) for name, k in SETTINGS.items()}
         warm_up(decoder, prompts[:1], list(specs.values()), temperature)
         rate = {name: [] for name in specs}
+        chosen: Counter = Counter()  # auto's rounds at each K, over every rotation
         for r in range(args.rotations):
             for name, spec in specs.items():
                 stats = decode_all(
                     decoder, prompts, spec, temperature, args.max_new_tokens, 1000 * r, False
                 )
                 rate[name].append(stats.tokens_per_second)
+                if name == "auto":
+                    chosen.update(stats.k_histogram)
         row = {
             "temperature": temperature,
             "tokens_per_s": {name: statistics.median(v) for name, v in rate.items()},
             "auto_over_K4": spread([a / b for a, b in zip(rate["auto"], rate["K=4"])]),
             "auto_over_K0": spread([a / b for a, b in zip(rate["auto"], rate["K=0"])]),
             "K4_over_K0": spread([a / b for a, b in zip(rate["K=4"], rate["K=0"])]),
+            "auto_k_histogram": dict(sorted(chosen.items())),
         }
         print(format_row(row), flush=True)
         report["rows"].append(row)
@@ -69,8 +75,9 @@ def run(args: argparse.Namespace) -> dict:
 
 
 HEADER = (
-    "| T | tok/s K=0 | tok/s K=4 | tok/s auto | auto / K=4 (min-max) | auto / K=0 | K=4 / K=0 |\n"
-    "|---|---|---|---|---|---|---|"
+    "| T | tok/s K=0 | tok/s K=4 | tok/s auto | auto / K=4 (min-max) | auto / K=0 | K=4 / K=0 "
+    "| K chosen by auto (rounds) |\n"
+    "|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -79,7 +86,9 @@ def format_row(row: dict) -> str:
     return (
         f"| {row['temperature']:g} | {rates['K=0']:.1f} | {rates['K=4']:.1f} | "
         f"{rates['auto']:.1f} | {format_spread(row['auto_over_K4'], '')} | "
-        f"{format_spread(row['auto_over_K0'])} | {format_spread(row['K4_over_K0'])} |"
+        f"{format_spread(row['auto_over_K0'])} | {format_spread(row['K4_over_K0'])} | "
+        + " ".join(f"{k}:{n}" for k, n in row["auto_k_histogram"].items())
+        + " |"
     )
 
 
