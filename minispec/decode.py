@@ -1,14 +1,15 @@
 """The decode loop: Algorithm 1 for a batch, one compiled round per iteration.
 
     generate = check -> prefill -> repeat a round until done -> collect
-    each round: plan (the policy's K) -> [host proposal] -> round -> one host read -> emit
+    each round: plan (the policy's K) -> [host proposal, catch-up] -> round -> one host read -> emit
 
 A round (minispec/round.py) is Algorithm 1 for the whole batch, K = 0 being the baseline. All
 shapes are static: draft steps and a [B, K+1] verify inside the round, a padded prefill outside
 it. Finished rows keep computing, frozen in place, rather than shrinking the batch. What the
 loop does in Python per round is small: ask the policy for K (minispec/policies/), run a host
-proposer's lookup if the proposer is one, call the round, read its snapshot once (which also
-decides stopping), hand the new tokens out, and tell the policy what happened.
+proposer's lookup (or a proposer's catch-up on rounds at K = 0), call the round, read its
+snapshot once (which also decides stopping), hand the new tokens out, and tell the policy what
+happened.
 """
 
 from __future__ import annotations
@@ -232,14 +233,6 @@ class SpeculativeDecoder:
         live = math.ceil((longest + k) / KV_BUCKET) * KV_BUCKET
         return torch.arange(min(self.max_seq_len, live), device=self.device)
 
-    @torch.no_grad()
-    def catch_up_draft(self, state: LoopState, tokens_behind: int, longest: int) -> None:
-        """Feed the draft model each row's last tokens_behind + 2 tokens, which rounds at K = 0
-        left out of its cache (a missed token would blunt its aim, not break exactness)."""
-        back = torch.arange(tokens_behind + 1, -1, -1, device=self.device)
-        positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
-        self.draft(state.tokens.gather(1, positions), positions, self.key_positions(longest, 0))
-
     def generate(
         self,
         prompts: list[list[int]],
@@ -278,7 +271,7 @@ class SpeculativeDecoder:
             stats = DecodeStats(spec.num_speculative_tokens, position_accepted=[0] * widest)
             outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
             histories = [list(p) for p in prompts]  # prompt and output: what a host proposer reads
-            draft_behind = 0  # tokens (the most of any row) emitted since the draft model last ran
+            behind = 0  # tokens (the most of any row) emitted since the proposer last ran
             start = time.perf_counter()
             state = self.prefill(prompts, params, widest, uses_draft, proposer if widest else None)
             # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this
@@ -297,10 +290,11 @@ class SpeculativeDecoder:
                     lookup = host_proposer.host_propose(histories, k).to(self.device)
                     state = state._replace(proposer_state=lookup)
                     stats.time_lookup += time.perf_counter() - start
-                if k and uses_draft and draft_behind:
+                if k and behind and hasattr(proposer, "catch_up"):  # on what K = 0 rounds ran
                     catch_up = time.perf_counter()
-                    self.catch_up_draft(state, draft_behind, longest)
-                    catch_up, draft_behind = time.perf_counter() - catch_up, 0
+                    state = proposer.catch_up(state, behind, self.key_positions(longest, 0))
+                    catch_up = time.perf_counter() - catch_up
+                behind = 0 if k else behind
                 key_positions = self.key_positions(longest, max(k, tree_nodes) if k else 0)
                 state, snapshot = compiled(
                     state,
@@ -329,7 +323,7 @@ class SpeculativeDecoder:
                             on_tokens(i, row.token_ids, kinds)
                 stats.time_emit += time.perf_counter() - emit_start
                 if not k:
-                    draft_behind += max(len(row.token_ids) for row in result.rows)
+                    behind += max(len(row.token_ids) for row in result.rows)
                 # The policy's time leaves out a round that compiled, which is not a round's
                 # time, and the catch-up: paid once per return from K = 0, charged to one round
                 # it would price K > 0 out, which would keep the batch at K = 0.

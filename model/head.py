@@ -79,20 +79,29 @@ class FeatureHead(nn.Module):
         cos, sin = rope_tables(block)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        # [B, max_seq_len, C]: the target's states at positions the head has not read yet
+        # (rounds at K = 0 keep them here; the proposer's catch_up reads them). Set up with the
+        # KV cache, whose replacement cache_version counts, as GPT's does.
+        self.register_buffer("target_states", None, persistent=False)
+        self.cache_version = 0
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=0.02)
 
     def setup_cache(self, batch_size: int) -> None:
-        """A static KV cache for `batch_size` rows (kept when it already fits)."""
+        """A static KV cache and target_states for `batch_size` rows (kept when they fit)."""
         attn, p = self.block.attn, self.fc.weight
         cache = attn.kv_cache
-        if cache is not None and cache.k.shape[0] == batch_size and cache.k.dtype == p.dtype:
+        fits = cache is not None and cache.k.shape[0] == batch_size
+        if fits and cache.k.dtype == p.dtype and cache.k.device == p.device:
             return
         c = self.config
+        self.cache_version += 1
         attn.kv_cache = KVCache(
             batch_size, c.n_head, c.max_seq_len, c.d_model // c.n_head, p.dtype, p.device
         )
+        shape = (batch_size, c.max_seq_len, c.target_width)
+        self.target_states = torch.zeros(shape, dtype=p.dtype, device=p.device)
 
     def inputs(self, target: GPT, states: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """The layer's input [B, T, d]: the normed states [B, T, C] and next tokens [B, T]."""

@@ -33,7 +33,7 @@ from minispec.decode import GenerationOutput, SpeculativeDecoder
 from minispec.origins import ACCEPTED, BONUS, CORRECTIVE
 from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig, row_constraints
 from minispec.policies.adaptive import AdaptivePolicy
-from minispec.proposers import SuffixIndex, SuffixProposer
+from minispec.proposers import DraftModelProposer, SuffixIndex, SuffixProposer
 from minispec.round import RoundSettings
 from minispec.state import LoopState, Snapshot, advance, alpha_statistics
 from model.gpt import GPT
@@ -329,7 +329,7 @@ def test_after_rounds_without_drafts_the_draft_catches_up(monkeypatch: pytest.Mo
     prompts, out, log = run_recorded(decoder, "auto")
     assert set(out.stats.k_histogram) == {0, 2, 3}
     assert cache_mismatch(decoder, prompts, out.token_ids, log) <= 1e-4
-    monkeypatch.setattr(decoder, "catch_up_draft", lambda *args: None)
+    monkeypatch.setattr(DraftModelProposer, "catch_up", lambda self, state, *args: state)
     prompts, out, log = run_recorded(decoder, "auto")
     assert cache_mismatch(decoder, prompts, out.token_ids, log) > 1e-2
 
@@ -677,15 +677,15 @@ def test_auto_k_leaves_the_drafts_catch_up_out_of_round_times(
     the round's, it priced K = 2 out at B = 16 (its one timing probe came right after the K = 0
     probe). Here the catch-up takes 0.5 s more; the rounds' times stay milliseconds, while the
     call's stats still count it."""
-    catch_up = SpeculativeDecoder.catch_up_draft
+    catch_up = DraftModelProposer.catch_up
     calls: list[int] = []
 
-    def slow_catch_up(self, state, tokens_behind, longest):
+    def slow_catch_up(self, state, tokens_behind, key_positions):
         calls.append(tokens_behind)
         time.sleep(0.5)
-        return catch_up(self, state, tokens_behind, longest)
+        return catch_up(self, state, tokens_behind, key_positions)
 
-    monkeypatch.setattr(SpeculativeDecoder, "catch_up_draft", slow_catch_up)
+    monkeypatch.setattr(DraftModelProposer, "catch_up", slow_catch_up)
     widths_in_turn(monkeypatch, [0, 0, 1, 1])  # each width twice in a row: each is timed
     observed = record_round_times(monkeypatch)
     decoder = SpeculativeDecoder(*pair(max_seq_len=40), compile=False)

@@ -124,6 +124,56 @@ def test_after_rounds_the_guess_is_read_from_true_states() -> None:
         torch.testing.assert_close(loop.proposer_state[b], expected, atol=1e-5, rtol=1e-5)
 
 
+def run_rounds(proposer, state, widths, catch_up_behind=lambda behind: behind):
+    """speculative_round at each K of `widths`, with the loop's catch-up before a round that
+    drafts after rounds at K = 0 (on catch_up_behind(missed) of the missed positions)."""
+    target = proposer.target
+    constraints = row_constraints(PARAMS, torch.device("cpu"))
+    settings = RoundSettings("probabilistic", "standard", VOCAB)
+    behind = 0
+    for k in widths:
+        if k and behind:
+            state = proposer.catch_up(state, catch_up_behind(behind), None)
+        behind = 0 if k else behind + 1
+        state, _ = speculative_round(
+            target, proposer, state, constraints, num_speculative_tokens=k, settings=settings
+        )
+    return state, behind
+
+
+def guesses_match(target, head, state) -> list[bool]:
+    """Per row: is the carried guess a cache-free forward over its kept sequence's true states?"""
+    matches = []
+    for b in range(len(PROMPTS)):
+        tokens = state.tokens[b, : int(state.seq_len[b])].tolist()
+        expected = reference_guess(target, head, tokens)
+        matches.append(torch.allclose(state.proposer_state[b], expected, atol=1e-5, rtol=1e-5))
+    return matches
+
+
+@torch.no_grad()
+def test_rounds_at_k0_keep_the_states_and_catch_up_reads_them() -> None:
+    """Under -k auto a round at K = 0 runs no head step: follow_target keeps the target's state
+    in the head's target_states, and catch_up runs every missed position before the head drafts
+    again. The guess is then read from true states, as after drafting rounds, and so is every
+    later one (the catch-up wrote each missed cache entry). Power: the guess carried through
+    the K = 0 rounds is stale, and a catch-up over the last position only leaves entries that
+    a later round reads wrong."""
+    target, head = pair_and_head()
+    decoder = SpeculativeDecoder(target, compile=False, head=head)
+    proposer, state = started(decoder, 3)
+    state, behind = run_rounds(proposer, state, [3, 0, 0, 0])
+    assert behind == 3 and not any(guesses_match(target, head, state))
+    caught = proposer.catch_up(state, behind, None)
+    assert all(guesses_match(target, head, caught))
+    state, _ = run_rounds(proposer, caught, [3, 3, 0, 0, 3])
+    assert all(guesses_match(target, head, state))
+    # Power: the catch-up on the last missed position only
+    proposer, state = started(decoder, 3)
+    state, _ = run_rounds(proposer, state, [3, 0, 0, 0, 3], catch_up_behind=lambda n: 1)
+    assert not all(guesses_match(target, head, state))
+
+
 @torch.no_grad()
 def test_each_tree_node_drafts_from_the_guess_along_its_own_path() -> None:
     """--proposer head_tree: the q of each family's first child is the filtered law of a

@@ -22,7 +22,7 @@ class DraftModelProposer:
     """The first step feeds the row's last 2 tokens: after a round that accepted all K drafts,
     x_K never went through the draft, and one [B, 2] shape serves both cases (rewriting a cache
     entry with the same value is harmless). Tokens it never saw beyond that (rounds at K = 0)
-    are fed by the loop's catch-up before it drafts again."""
+    are fed by `catch_up` before it drafts again."""
 
     def __init__(self, model: GPT) -> None:
         self.model = model
@@ -43,6 +43,16 @@ class DraftModelProposer:
 
         logits = first_step(self.model, state, key_positions)
         return draft_chain(logits, num_speculative_tokens, sampling, step, seq_len)
+
+    def catch_up(
+        self, state: LoopState, tokens_behind: int, key_positions: torch.Tensor | None
+    ) -> LoopState:
+        """After rounds at K = 0, which never ran the draft: feed it each row's last
+        tokens_behind + 2 tokens (a missed token would blunt its aim, not break exactness)."""
+        back = torch.arange(tokens_behind + 1, -1, -1, device=state.seq_len.device)
+        positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+        self.model(state.tokens.gather(1, positions), positions, key_positions)
+        return state
 
 
 def draft_chain(

@@ -8,6 +8,11 @@ true states and the kept tokens, in one [B, K+1] step; its guess after the last 
 the next round's g. So the head's cache holds true-state entries for every kept token, and
 guessed ones only within a round (model/head.py says what the head computes).
 
+A round at K = 0 (under -k auto) runs no head step: it keeps the target's state in the head's
+`target_states`, and `catch_up`, before the next round that drafts, runs one step over every
+position it missed: a head step costs about a tenth of a K = 0 round at B = 64, where auto runs
+K = 0 most of the time (docs/head.md).
+
 Drafts are drawn as the draft model's are (`draw`): q is exactly the filtered distribution each
 draft came from, so every rejection rule stays exact.
 """
@@ -71,13 +76,34 @@ class FeatureHeadProposer:
         """The next round's g [B, C]: one head step over the verified positions (the target's
         states hidden [B, K+1, C] there, the emitted tokens [B, K+1] after them), read after
         the n-th, the last kept token's predecessor. Past it the step writes entries no
-        later query sees before they are rewritten."""
+        later query sees before they are rewritten. At K = 0 (one verified position): the
+        state is kept for catch_up, and g stays as it was."""
         width = hidden.shape[1]
+        if width == 1:
+            rows = torch.arange(hidden.shape[0], device=hidden.device)
+            self.head.target_states[rows, state.seq_len - 1] = hidden[:, 0]
+            return state.proposer_state
         positions = state.seq_len[:, None] - 1 + torch.arange(width, device=hidden.device)
         tokens = emitted.clamp(min=0)  # placeholders past the kept ones: any id will do
         guesses = self.head(self.target, hidden, tokens, positions, key_positions)
         index = num_accepted[:, None, None].expand(-1, 1, guesses.shape[-1])
         return guesses.gather(1, index)[:, 0]
+
+    def catch_up(
+        self, state: LoopState, tokens_behind: int, key_positions: torch.Tensor | None
+    ) -> LoopState:
+        """After tokens_behind rounds at K = 0: one head step over their positions (each
+        row's last tokens_behind but one, from the states follow_target kept, with the tokens
+        after them), which writes the entries those rounds skipped; its last guess is g."""
+        back = torch.arange(tokens_behind, 0, -1, device=state.seq_len.device)
+        # A row that stopped during those rounds reads earlier positions: its output is unused.
+        positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+        rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
+        states = self.head.target_states[rows, positions]
+        tokens = state.tokens.gather(1, positions + 1)
+        guesses = self.head(self.target, states, tokens, positions, key_positions)
+        # Contiguous, as follow_target's g is: the compiled rounds guard on its strides
+        return state._replace(proposer_state=guesses[:, -1].contiguous())
 
 
 class FeatureHeadTreeProposer(FeatureHeadProposer):
