@@ -109,13 +109,47 @@ def row(accepted: int, drafts: int, tokens: int = 1, done: bool = False) -> RowR
 def test_depth_acceptance_counts_the_depths_each_row_reached() -> None:
     counts = DepthAcceptance(4)
     # n = 2 of 4: depths 1-3 reached, 1-2 passed; n = 4 of 4: all reached and passed; a row
-    # done before the round (no tokens) and a round without drafts count nothing.
+    # done before the round (no tokens) counts nothing, and a round without drafts only decays.
     counts.observe(Snapshot([row(2, 4), row(4, 4), row(1, 4, tokens=0)]), decay=0.5)
     assert counts.reached == [2, 2, 2, 1] and counts.passed == [2, 2, 1, 1]
     counts.observe(Snapshot([row(0, 0)]), decay=0.5)
-    assert counts.reached == [2, 2, 2, 1]
+    assert counts.reached == [1, 1, 1, 0.5] and counts.passed == [1, 1, 0.5, 0.5]
     counts.observe(Snapshot([row(0, 4)]), decay=0.5)  # older counts decay
-    assert counts.reached == [2, 1, 1, 0.5] and counts.passed == [1, 1, 0.5, 0.5]
+    assert counts.reached == [1.5, 0.5, 0.5, 0.25] and counts.passed == [0.5, 0.5, 0.25, 0.25]
+
+
+def test_a_call_that_a_few_rejections_sent_to_k_0_drafts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Round times where drafting costs (a K = 2 round at 1.6 K = 0 rounds) and a bad start:
+    none of the first 6 drafts passed, depth 1 sits at 0.4 and K = 0 wins. K = 0 rounds test no
+    drafts, but they fade those counts towards the prior, and auto drafts again after 28
+    rounds. Power: with counts that a round without drafts leaves alone (the rule before), it
+    runs K = 0 for good."""
+
+    def first_drafting_round() -> int | None:
+        family = FamilyMeasurements(RoundTimes(c=0.05), DepthAcceptance(max(WIDTHS)))
+        for k, seconds in {0: 1.0, 2: 1.6, 4: 2.2, 8: 3.4}.items():
+            family.times.observe(k, seconds)
+        for _ in range(3):
+            family.acceptance.observe(Snapshot([row(0, 2), row(0, 2)]), decay=0.99)
+        policy = AdaptivePolicy(AdaptiveConfig(widths=WIDTHS), family, [256])
+        for r in range(200):
+            if policy.plan():
+                return r
+            policy.observe(Snapshot([row(0, 0)]), None)  # a K = 0 round, untimed
+        return None
+
+    first = first_drafting_round()
+    assert first is not None and 0 < first <= 40, first
+    observe = DepthAcceptance.observe
+
+    def counts_untouched_without_drafts(self, snapshot, decay):
+        if any(r.num_drafts for r in snapshot.rows):
+            observe(self, snapshot, decay)
+
+    monkeypatch.setattr(DepthAcceptance, "observe", counts_untouched_without_drafts)
+    assert first_drafting_round() is None
 
 
 def test_an_unreached_depth_borrows_the_rate_above_it() -> None:

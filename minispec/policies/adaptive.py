@@ -48,13 +48,12 @@ class DepthAcceptance:
 
     def observe(self, snapshot: Snapshot, decay: float) -> None:
         """One round's rows: a row with L drafts and n accepted reached depths 1..min(n + 1, L)
-        and passed 1..n. A round without drafts leaves the counts as they are."""
-        rows = [row for row in snapshot.rows if row.token_ids and row.num_drafts]
-        if not rows:
-            return
+        and passed 1..n. A round without drafts decays the counts too, so that rates measured
+        on a few drafts drift back to the prior while K = 0 runs: a call that a few early
+        rejections sent to K = 0 would otherwise never draft again, since K = 0 tests none."""
         self.reached = [decay * c for c in self.reached]
         self.passed = [decay * c for c in self.passed]
-        for row in rows:
+        for row in (row for row in snapshot.rows if row.token_ids and row.num_drafts):
             for d in range(min(row.num_accepted + 1, row.num_drafts, self.depths)):
                 self.reached[d] += 1
                 self.passed[d] += d < row.num_accepted
