@@ -111,19 +111,14 @@ class SpeculativeDecoder:
         prefill_threads: int | None = None,
     ) -> None:
         """`compile`: True, torch.compile each round graph; "aot", on the CPU, compile each one
-        ahead of time into a package on disk that later processes load, which starts faster
-        (minispec/compilation/aot.py; on CUDA, as True); "auto", on the CPU, run each round eagerly
-        while a background process builds its package, which takes over once built
-        (minispec/compilation/builder.py; on CUDA, as True); False, run eagerly.
-
+        ahead of time into a package on disk that later processes load (compilation/aot.py);
+        "auto", on the CPU, run each round eagerly while a background process builds its
+        package (compilation/builder.py); on CUDA both are True; False, run eagerly.
         `head`: a feature head trained on this target (model/head.py), for the "feature_head"
-        and "head_tree" proposers; or a function that loads one, called by the first call
-        whose proposer drafts with it (load_decoder's: a decode that drafts otherwise never
-        reads the head's file).
-
+        and "head_tree" proposers, or a function that loads one, called by the first call that
+        drafts with it (so a decode that drafts otherwise never reads the head's file).
         `eos_token_id`: the target's end-of-sequence id, where a row stops; None if it has
         none (rows then stop at max_new_tokens only).
-
         `prefill_threads`: the CPU threads the prefill runs on, every core this process may use
         when None; the rounds run on the caller's count (minispec/machine.py says why)."""
         check_decoder(target, draft, head, compile, eos_token_id, prefill_threads)

@@ -8,6 +8,9 @@ the core past it should say why, and move the bound with it.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from test_layout import reading_path
 
@@ -44,3 +47,39 @@ def test_the_reading_path_names_every_file_the_core_runs(core) -> None:
     out is one a reader would need and not find."""
     files = {key.split(":")[0] for key in core.per_function}
     assert not files - set(reading_path()), sorted(files - set(reading_path()))
+
+
+def docstring_over_body(path) -> list[str]:
+    """The functions in `path` whose docstring has more lines than the code after it (an
+    interface's stub, whose body is `...`, is its docstring)."""
+    source = path.read_text(encoding="utf-8")
+    lines, found = source.splitlines(), []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        first = node.body[0]
+        if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
+            continue
+        rest = node.body[1:]
+        if all(isinstance(s, ast.Expr) and getattr(s.value, "value", None) is ... for s in rest):
+            continue
+        body = lines[first.end_lineno : node.end_lineno]
+        code = [line for line in body if line.strip() and not line.strip().startswith("#")]
+        if first.end_lineno - first.lineno + 1 > len(code):
+            found.append(f"{path}:{node.lineno} {node.name}")
+    return found
+
+
+def test_no_library_docstring_is_longer_than_its_function(tmp_path: Path) -> None:
+    """A function's docstring says what it does and needs; the long why lives once, in docs/.
+    Power: the check finds a function whose four-line docstring sits over one line of code."""
+    library = [
+        path
+        for package in ("minispec", "model", "sampling")
+        for path in sorted(Path(package).rglob("*.py"))
+        if "commands" not in path.parts
+    ]
+    assert [f for path in library for f in docstring_over_body(path)] == []
+    wordy = tmp_path / "wordy.py"
+    wordy.write_text('def f():\n    """One.\n\n    Two.\n    Three."""\n    return 1\n')
+    assert docstring_over_body(wordy) == [f"{wordy}:1 f"]

@@ -181,9 +181,8 @@ class RoundTimes:
             self.context = context
 
     def pairs_with(self, k: int) -> bool:
-        """This run of width k reads its relative time off the run before it: that width's is
-        known, and was not itself read off k (back from a probe of k, the reading would only
-        echo k's, and add the growth between)."""
+        """This run of width k reads its relative time off the run before it if that width's is
+        known and was not read off k (back from a probe of k, it would only echo k's)."""
         j = None if self.before is None else self.before[0]
         return j in self.relative and self.source.get(j) != k
 
