@@ -124,11 +124,11 @@ def test_after_rounds_the_guess_is_read_from_true_states() -> None:
         torch.testing.assert_close(loop.proposer_state[b], expected, atol=1e-5, rtol=1e-5)
 
 
-def run_rounds(proposer, state, widths, catch_up_behind=lambda behind: behind):
+def run_rounds(proposer, state, widths, catch_up_behind=lambda behind: behind, params=PARAMS):
     """speculative_round at each K of `widths`, with the loop's catch-up before a round that
     drafts after rounds at K = 0 (on catch_up_behind(missed) of the missed positions)."""
     target = proposer.target
-    constraints = row_constraints(PARAMS, torch.device("cpu"))
+    constraints = row_constraints(params, torch.device("cpu"))
     settings = RoundSettings("probabilistic", "standard", VOCAB)
     behind = 0
     for k in widths:
@@ -172,6 +172,22 @@ def test_rounds_at_k0_keep_the_states_and_catch_up_reads_them() -> None:
     proposer, state = started(decoder, 3)
     state, _ = run_rounds(proposer, state, [3, 0, 0, 0, 3], catch_up_behind=lambda n: 1)
     assert not all(guesses_match(target, head, state))
+
+
+@torch.no_grad()
+def test_the_caught_up_guess_is_laid_out_as_follow_targets() -> None:
+    """One row: catch_up's last guess over 3 positions is a [1, C] view of a [1, 3, C] tensor,
+    stride (3C, 1), which .contiguous() keeps (one row is contiguous whatever its stride); the
+    compiled rounds guard on strides and compiled the K = 2 graph again for it. It has
+    follow_target's layout, (C, 1)."""
+    target, head = pair_and_head()
+    decoder = SpeculativeDecoder(target, compile=False, head=head)
+    proposer, _ = decoder.compiled_round("feature_head")
+    state = decoder.prefill(PROMPTS[:1], PARAMS[:1], 3, uses_draft=False, proposer=proposer)
+    followed, _ = run_rounds(proposer, state, [3], params=PARAMS[:1])
+    state, behind = run_rounds(proposer, followed, [0, 0, 0], params=PARAMS[:1])
+    caught = proposer.catch_up(state, behind, None).proposer_state
+    assert caught.stride() == followed.proposer_state.stride() == (target.config.d_model, 1)
 
 
 @torch.no_grad()

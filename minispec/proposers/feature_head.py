@@ -102,8 +102,10 @@ class FeatureHeadProposer:
         states = self.head.target_states[rows, positions]
         tokens = state.tokens.gather(1, positions + 1)
         guesses = self.head(self.target, states, tokens, positions, key_positions)
-        # Contiguous, as follow_target's g is: the compiled rounds guard on its strides
-        return state._replace(proposer_state=guesses[:, -1].contiguous())
+        # With follow_target's strides: the compiled rounds guard on them (and .contiguous()
+        # keeps a one-row view's)
+        g = guesses[:, -1].clone(memory_format=torch.contiguous_format)
+        return state._replace(proposer_state=g)
 
 
 class FeatureHeadTreeProposer(FeatureHeadProposer):
