@@ -256,3 +256,17 @@ def test_the_compiled_head_round_gives_the_eager_tokens() -> None:
     ]
     assert outputs[0].token_ids == outputs[1].token_ids
     assert outputs[1].stats.compiled_calls == outputs[1].stats.batch_rounds  # one graph a round
+
+
+def test_the_heads_buffers_are_versioned_as_the_models_are() -> None:
+    """CUDA graphs and AOT packages read the buffers of every model a round runs again only
+    when its cache_version moves (minispec/compilation/): setup_cache for another batch size
+    replaces the head's KV cache and target_states and counts it; for the same size it keeps
+    them and does not."""
+    _, head = pair_and_head()
+    head.setup_cache(2)
+    version, states = head.cache_version, head.target_states
+    head.setup_cache(2)
+    assert head.cache_version == version and head.target_states is states
+    head.setup_cache(3)
+    assert head.cache_version == version + 1 and head.target_states.shape[0] == 3
