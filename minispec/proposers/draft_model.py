@@ -49,8 +49,7 @@ class DraftModelProposer:
     ) -> LoopState:
         """After rounds at K = 0, which never ran the draft: feed it each row's last
         tokens_behind + 2 tokens (a missed token would blunt its aim, not break exactness)."""
-        back = torch.arange(tokens_behind + 1, -1, -1, device=state.seq_len.device)
-        positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+        positions = last_positions(state.seq_len, tokens_behind + 2)
         self.model(state.tokens.gather(1, positions), positions, key_positions)
         return state
 
@@ -84,11 +83,15 @@ def draft_chain(
 def first_step(model: GPT, state: LoopState, key_positions: torch.Tensor | None) -> torch.Tensor:
     """The draft's logits [B, V] after each row's last token, from one step over the row's last
     2 tokens (the class docstring says why 2)."""
-    back = torch.arange(1, -1, -1, device=state.seq_len.device)
-    # A position below 0 (a 1-token prompt) repeats position 0: the same token written twice to
-    # the same slot.
-    positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+    positions = last_positions(state.seq_len, 2)
     return model(state.tokens.gather(1, positions), positions, key_positions)[:, -1]
+
+
+def last_positions(seq_len: torch.Tensor, count: int) -> torch.Tensor:
+    """[B, count]: each row's positions seq_len - count .. seq_len - 1; one below 0 (a short row)
+    repeats 0, the same token written twice to the same slot."""
+    back = torch.arange(count - 1, -1, -1, device=seq_len.device)
+    return (seq_len[:, None] - 1 - back).clamp(min=0)
 
 
 def draw(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from minispec.proposers.draft_model import draft_chain
+from minispec.proposers.draft_model import draft_chain, last_positions
 from minispec.proposers.proposal import DraftSampling, Proposal
 from minispec.proposers.tree import draft_tree, tree_layout
 from minispec.state import LoopState
@@ -95,9 +95,8 @@ class FeatureHeadProposer:
         """After tokens_behind rounds at K = 0: one head step over their positions (each
         row's last tokens_behind but one, from the states follow_target kept, with the tokens
         after them), which writes the entries those rounds skipped; its last guess is g."""
-        back = torch.arange(tokens_behind, 0, -1, device=state.seq_len.device)
         # A row that stopped during those rounds reads earlier positions: its output is unused.
-        positions = (state.seq_len[:, None] - 1 - back).clamp(min=0)
+        positions = last_positions(state.seq_len - 1, tokens_behind)
         rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
         states = self.head.target_states[rows, positions]
         tokens = state.tokens.gather(1, positions + 1)
