@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 export TORCHINDUCTOR_CACHE_DIR ?= $(CURDIR)/.inductor-cache
 
 .DEFAULT_GOAL := help
-.PHONY: help install decode lint test train train-head bench-head bench-auto bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
+.PHONY: help install decode lint test train train-head train-parallel bench-head bench-auto bench bench-guard bench-tree bench-gpu gpu-check verify vllm-check wheel-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,10 @@ train: $(STAMP)  ## train the target, then the distilled draft (NPROC=N: N proce
 # Resumable: the target's states are cached under runs/head, then the head trains on them.
 train-head: $(STAMP)  ## train the feature head on the shipped target (about 1 h on 2 cores)
 	$(PY) -m minispec train-head $(ARGS)
+
+# Resumable (ARGS=--resume): the state is kept under runs/parallel.
+train-parallel: $(STAMP)  ## fine-tune the draft into a parallel drafter (PARD; about 40 min on 2 cores)
+	$(PY) -m minispec train-parallel $(ARGS)
 
 bench-head: $(STAMP)  ## the feature head against the draft model, B = 1, held out -> results/head.md
 	$(PY) -m benchmarks.bench_head $(ARGS)

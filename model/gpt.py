@@ -299,17 +299,26 @@ class Attention(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: CacheLayout | None
     ) -> torch.Tensor:
         """No cache, or layout None: a full forward, causal over the T tokens, bypassing any
-        cache. Else k/v are written to the cache at layout.slots, and read as layout.visible
-        says."""
+        cache; with no cache, a layout's `visible` [B, T, T] replaces the causal mask (a
+        parallel drafter's training rows, minispec/commands/train_parallel.py). Else k/v are
+        written to the cache at layout.slots, and read as layout.visible says."""
         B, T, C = x.shape
         q, k, v = self.qkv(x, cos, sin)
         cached = self.kv_cache is not None and layout is not None
         if cached:
             cached_k, cached_v = self.kv_cache.update(layout.slots, k, v)
         if not cached or layout.visible is None:
-            # Training, a full recompute or a prefill: plain causal attention over the T tokens.
+            # Training, a full recompute or a prefill: attention among the T tokens alone.
             gqa = self.n_kv_head != self.n_head  # SDPA shares each k/v head among a query group
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            mask = None if cached or layout is None else layout.visible
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=None if mask is None else mask[:, None],
+                is_causal=mask is None,
+                enable_gqa=gqa,
+            )
         else:
             live = layout.visible.shape[-1]  # views: no slot past them is read
             k, v = cached_k.narrow(2, 0, live), cached_v.narrow(2, 0, live)

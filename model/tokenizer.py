@@ -9,6 +9,9 @@ from __future__ import annotations
 BOS_TOKEN_ID = 256  # starts every document during training and every prompt at decode time
 EOS_TOKEN_ID = 257  # ends every training document; generation stops when a row emits it
 VOCAB_SIZE = 258
+# A parallel drafter's "token not known yet" (PARD's mask token): the byte 0xFF, which UTF-8
+# text never contains, so it sits inside the shared vocabulary without standing for any text.
+MASK_TOKEN_ID = 0xFF
 
 
 def encode(text: str, *, bos: bool = True) -> list[int]:

@@ -3,6 +3,7 @@
     decode        speculative decoding with the shipped pair (make decode)
     train         train the target, then the distilled draft (make train)
     train-head    train the feature head on the target's cached states (make train-head)
+    train-parallel  fine-tune the draft to draft K tokens in one forward (make train-parallel)
     bench         end-to-end, batch, sampler and start-up benchmarks (make bench)
     bench-sampler the rejection sampler against eager, plain and the read floor
     copy-score    how well a target copies its context (the lookup proposers' ceiling)
@@ -375,6 +376,7 @@ def run_decode(argv: list[str]) -> int:
 COMMANDS = {
     "train": "minispec.commands.train_args:main",
     "train-head": "minispec.commands.train_head:main",
+    "train-parallel": "minispec.commands.train_parallel:main",
     "bench": "benchmarks.cli:bench",
     "bench-sampler": "benchmarks.cli:bench_sampler",
     "copy-score": "minispec.commands.copy_score:main",
