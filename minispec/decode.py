@@ -30,6 +30,7 @@ from minispec.params import (
     SamplingParams,
     SpeculativeConfig,
     check_decoder,
+    check_head,
     check_request,
     row_constraints,
 )
@@ -56,37 +57,52 @@ ROUNDS = dict.fromkeys(TREE_PROPOSERS, tree_round)
 OnTokens = Callable[[int, list[int], list[str]], None]  # (row, new ids, their origins)
 
 # The KV caches live on the models, so a model runs one generation at a time, whichever
-# decoders share it: one lock per model, and per thread the models its calls hold, so that a
-# call from inside an on_tokens callback on a model in use fails at once instead of waiting
-# forever for itself.
+# decoders share it: one lock per model. A call that would wait for a generation inside its
+# on_tokens callback is refused instead: that callback may be waiting for it (it called
+# generate itself, or started a thread that did and joins it), and then neither would end.
+# A lock cannot tell such a call from an independent thread's, so both are refused; one that
+# began waiting before the callback was entered waits on (it cannot be the callback's).
 _MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_LOCK = threading.Lock()
-_HELD = threading.local()
+
+
+class ModelLock:
+    """One model's lock, and whether the generation holding it is inside its on_tokens."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_callback = False
 
 
 @contextmanager
 def exclusive(models: list[torch.nn.Module]):
     """Hold every model's lock (in one global order, so two calls cannot each wait on the
-    other); RuntimeError if this thread already holds one (a re-entrant call)."""
-    models = list({id(m): m for m in models}.values())  # a pair may be one model twice
-    held = getattr(_HELD, "models", None)
-    if held is None:
-        held = _HELD.models = set()
-    if any(id(m) in held for m in models):
-        raise RuntimeError(
-            "generate was called from inside an on_tokens callback of a generation on the "
-            "same model: its KV cache is in use; collect the tokens and call after it returns"
-        )
+    other) and yield `streaming`, bound to them, to run on_tokens through; RuntimeError
+    instead of waiting for a generation inside its on_tokens."""
     with _LOCKS_LOCK:
-        locks = [_MODEL_LOCKS.setdefault(m, threading.Lock()) for m in models]
+        locks = {id(m): _MODEL_LOCKS.setdefault(m, ModelLock()) for m in models}
+    locks = sorted(locks.values(), key=id)  # a pair may be one model twice
+    if any(lock.in_callback for lock in locks):
+        raise RuntimeError(
+            "generate would wait for a generation on the same model that is inside its "
+            "on_tokens callback, which may be waiting for this call (from its own thread or "
+            "one it started): collect the tokens in on_tokens and call after it returns"
+        )
     with ExitStack() as stack:
-        for _, lock in sorted(zip(map(id, models), locks), key=lambda pair: pair[0]):
-            stack.enter_context(lock)
-        held.update(map(id, models))
-        try:
-            yield
-        finally:
-            held.difference_update(map(id, models))
+        for lock in locks:
+            stack.enter_context(lock.lock)
+        yield partial(streaming, locks)
+
+
+def streaming(locks: list[ModelLock], on_tokens: OnTokens, *args) -> None:
+    """on_tokens(*args), with the models' locks marked as held by a call inside it."""
+    for lock in locks:
+        lock.in_callback = True
+    try:
+        on_tokens(*args)
+    finally:
+        for lock in locks:
+            lock.in_callback = False
 
 
 class GenerationOutput(NamedTuple):
@@ -124,6 +140,7 @@ class SpeculativeDecoder:
         check_decoder(target, draft, head, compile, eos_token_id, prefill_threads)
         self.head = head.eval() if isinstance(head, FeatureHead) else None
         self.load_head = None if isinstance(head, FeatureHead) else head
+        self.head_loading = threading.Lock()  # one load, whichever threads ask for the head
         self.prefill_threads = prefill_threads
         # An id no row can emit (every emitted id is below the vocabulary size) stands for none.
         self.eos_token_id = target.config.vocab_size if eos_token_id is None else eos_token_id
@@ -142,9 +159,17 @@ class SpeculativeDecoder:
 
     def feature_head(self) -> FeatureHead | None:
         """The feature head, read on first use when the decoder was given a function that loads
-        it; None when it has none."""
-        if self.head is None and self.load_head is not None:
-            self.head, self.load_head = self.load_head().eval(), None
+        it, and checked against the target as a head given itself is; None when it has none."""
+        if self.load_head is None:  # loaded, or none: without the lock, as a round asks
+            return self.head
+        with self.head_loading:
+            if self.load_head is not None:
+                head = check_head(self.load_head(), self.target, "head (as its function loaded it)")
+                # A call in flight locked the decoder's models without the head, and must
+                # not see it appear (its prefill sets up every model's cache): the head joins
+                # them once none is in flight, and every later call locks it too.
+                with exclusive([self.target]):
+                    self.head, self.load_head = head.eval(), None
         return self.head
 
     def compiled_round(self, name: str) -> tuple[Proposer | HostProposer, Compiled]:
@@ -241,15 +266,17 @@ class SpeculativeDecoder:
 
         `on_tokens(row, ids, origins)` is called as tokens are accepted, for streaming.
         Calls on one model (from this decoder or another on the same model objects) run one at
-        a time: a call from another thread waits for the one in flight, and one from inside
-        `on_tokens` raises RuntimeError.
+        a time: a call from another thread waits for the one in flight, and one that would
+        wait for a call inside its `on_tokens` (from any thread) raises RuntimeError.
         `warm_up`: run one round at each K the spec allows, then stop, so that every graph this
         call can use is compiled before a timed run.
         """
         check_request(prompts, params, spec, on_tokens, warm_up, self)
+        if max(spec.widths) and PROPOSERS[spec.proposer].needs == "head":
+            self.feature_head()  # read on first use (and checked) before the models are locked
         # The models' KV caches are a call's one working memory: two calls interleaving their
         # rounds would overwrite each other's entries. Calls from several threads wait.
-        with exclusive([m for m in self.models() if m is not None]), torch.no_grad():
+        with exclusive([m for m in self.models() if m is not None]) as stream, torch.no_grad():
             widest = max(spec.widths)
             # K = 0 only: no proposer runs, and any proposer's round is the baseline.
             proposer, compiled = self.compiled_round(spec.proposer if widest else "draft_model")
@@ -267,6 +294,7 @@ class SpeculativeDecoder:
             outputs, origins = [[] for _ in prompts], [[] for _ in prompts]
             histories = [list(p) for p in prompts]  # prompt and output: what a host proposer reads
             behind = 0  # tokens (the most of any row) emitted since the proposer last ran
+            last_k = 0  # the K of the last round that drafted
             start = time.perf_counter()
             state = self.prefill(prompts, params, widest, uses_draft, proposer if widest else None)
             # A hint for a back end that builds graphs ahead (the AOT builder): the Ks this
@@ -285,11 +313,16 @@ class SpeculativeDecoder:
                     lookup = host_proposer.host_propose(histories, k).to(self.device)
                     state = state._replace(proposer_state=lookup)
                     stats.time_lookup += time.perf_counter() - start
-                if k and behind and hasattr(proposer, "catch_up"):  # on what K = 0 rounds ran
+                # What the proposer has not seen: K = 0 rounds' tokens (and, for one that
+                # drafts in parallel, a deeper round's), fed before it drafts again.
+                unseen = getattr(proposer, "tokens_behind", lambda behind, *_: behind)
+                if k and unseen(behind, last_k, k) and hasattr(proposer, "catch_up"):
                     catch_up = time.perf_counter()
-                    state = proposer.catch_up(state, behind, self.key_positions(longest, 0))
+                    state = proposer.catch_up(
+                        state, unseen(behind, last_k, k), self.key_positions(longest, 0)
+                    )
                     catch_up = time.perf_counter() - catch_up
-                behind = 0 if k else behind
+                behind, last_k = (0, k) if k else (behind, last_k)
                 key_positions = self.key_positions(longest, max(k, tree_nodes) if k else 0)
                 state, snapshot = compiled(
                     state,
@@ -315,7 +348,7 @@ class SpeculativeDecoder:
                         histories[i] += row.token_ids
                         origins[i] += kinds
                         if on_tokens:
-                            on_tokens(i, row.token_ids, kinds)
+                            stream(on_tokens, i, row.token_ids, kinds)
                 stats.time_emit += time.perf_counter() - emit_start
                 if not k:
                     behind += max(len(row.token_ids) for row in result.rows)

@@ -31,7 +31,15 @@ DRAFT_SAMPLE_METHODS = ("auto", "greedy", "probabilistic")
 # torch) and minispec/proposers/'s PROPOSERS.
 REJECTION_SAMPLE_METHOD_NAMES = ("standard", "block", "drafter_invariant", "naive")
 TREE_SAMPLE_METHOD_NAMES = ("standard", "naive")
-PROPOSER_NAMES = ("draft_model", "feature_head", "head_tree", "ngram", "suffix", "tree")
+PROPOSER_NAMES = (
+    "draft_model",
+    "feature_head",
+    "head_tree",
+    "ngram",
+    "parallel",
+    "suffix",
+    "tree",
+)
 # The proposers that draft a tree (minispec/tree_round.py's round): the draft model's, the head's
 TREE_PROPOSERS = ("tree", "head_tree")
 

@@ -32,6 +32,7 @@ from _enumerate import (
 
 import minispec.proposers
 import minispec.proposers.draft_model
+import minispec.proposers.parallel
 from minispec.commands.cli import DEFAULT_PROMPT
 from minispec.decode import SpeculativeDecoder
 from minispec.params import AdaptiveConfig, SamplingParams, SpeculativeConfig
@@ -78,10 +79,13 @@ def test_greedy_float64_speculative_equals_target_only(float64_pair: tuple[GPT, 
             assert 0 < out.stats.accepted < out.stats.drafted, (k, method)
 
 
-def test_greedy_float64_every_proposer_equals_target_only(float64_pair: tuple[GPT, GPT]) -> None:
+def test_greedy_float64_every_proposer_equals_target_only(
+    float64_pair: tuple[GPT, GPT], monkeypatch: pytest.MonkeyPatch
+) -> None:
     decoder = SpeculativeDecoder(*float64_pair, compile=False, suffix_index=lookup_index())
     baseline = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(0))
-    for proposer in ("ngram", "suffix"):
+    monkeypatch.setattr(minispec.proposers.parallel, "MASK_TOKEN_ID", 15)  # V = 16
+    for proposer in ("ngram", "suffix", "parallel"):
         for k in (3, "auto"):
             out = decoder.generate(
                 GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(k, proposer=proposer)
@@ -170,6 +174,7 @@ PROPOSER_CASES = [
     ("feature_head", "standard"),
     ("feature_head", "block"),
     ("head_tree", "standard"),
+    ("parallel", "standard"),
 ]
 AUTO_RULES = ("standard", "block")  # the rules a T = 0 and a T = 1 row are run by under "auto"
 # + the mixed-temperature batch, the adaptive-K test and a newly registered proposer
@@ -332,8 +337,11 @@ LOOKUP_PROMPTS = ((3, 5, 3, 5, 3), (1, 6, 2, 7, 0))
 
 
 @pytest.mark.parametrize("proposer,rejection", PROPOSER_CASES)
-def test_every_proposer_keeps_the_law(proposer: str, rejection: str) -> None:
+def test_every_proposer_keeps_the_law(
+    proposer: str, rejection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """T = 0 and T = 1 rows in one batch; rows with full, short (none) and mixed proposals."""
+    monkeypatch.setattr(minispec.proposers.parallel, "MASK_TOKEN_ID", VOCAB - 1)
     groups = [(prompt, SamplingParams(t)) for prompt in LOOKUP_PROMPTS for t in (0.0, 1.0)]
     spec = SpeculativeConfig(3, "probabilistic", rejection, proposer)
     seed_base = 90_000_000 + 1_000_000 * PROPOSER_CASES.index((proposer, rejection))

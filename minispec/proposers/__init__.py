@@ -2,6 +2,8 @@
 
 - ``DraftModelProposer``: a small model drafts, greedily or by sampling (draft_model.py).
 - ``NgramProposer``: the request's own prompt and output (prompt lookup), tensor ops.
+- ``ParallelDraftProposer``: the draft model drafts all K tokens in one forward, after mask
+  tokens (parallel.py, PARD); the draft must be trained for it (`minispec train-parallel`).
 - ``TreeProposer``: the draft model drafts a tree, several candidates where it branches
   (tree.py); its round is minispec/tree_round.py.
 - ``SuffixProposer``: the longest match of the recent context in a corpus (``SuffixIndex``), the
@@ -23,6 +25,7 @@ from typing import Callable, NamedTuple
 from minispec.proposers.draft_model import DraftModelProposer
 from minispec.proposers.feature_head import FeatureHeadProposer, FeatureHeadTreeProposer
 from minispec.proposers.ngram import NgramProposer, ngram_propose
+from minispec.proposers.parallel import ParallelDraftProposer
 from minispec.proposers.proposal import DraftSampling, HostProposer, Proposal, Proposer
 from minispec.proposers.suffix import SuffixIndex, SuffixProposer
 from minispec.proposers.tree import TreeProposer
@@ -57,6 +60,7 @@ PROPOSERS: dict[str, Registered] = {
         lambda held: FeatureHeadTreeProposer(held.target, held.head), needs="head"
     ),
     "ngram": Registered(lambda held: NgramProposer()),
+    "parallel": Registered(lambda held: ParallelDraftProposer(held.draft), needs="draft"),
     "suffix": Registered(lambda held: SuffixProposer(held.suffix_index), needs="suffix_index"),
     "tree": Registered(lambda held: TreeProposer(held.draft), needs="draft"),
 }
@@ -70,6 +74,7 @@ __all__ = [
     "Held",
     "HostProposer",
     "NgramProposer",
+    "ParallelDraftProposer",
     "Proposal",
     "Proposer",
     "Registered",

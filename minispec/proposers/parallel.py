@@ -1,0 +1,60 @@
+"""A parallel drafter: the draft model drafts all K tokens in one forward (PARD, An et al. 2025).
+
+The forward reads each row's last K + 1 tokens and K - 1 mask tokens after them
+(model/tokenizer.py, MASK_TOKEN_ID). The last real token's output is q_1, the j-th mask's is
+q_(j+1): K distributions from one pass, where the draft model's chain takes K passes. Each
+x_i is drawn from exactly its q_i, which may ignore x_1..x_(i-1): the rejection rule asks only
+that the q it is given is the one the draft came from (docs/extensions.md), so the output stays
+the target's. The draft must have been trained for the masks (`minispec train-parallel`).
+
+The cache: the masks' keys and values land in the slots of the positions they stand for, which
+the round's kept tokens then hold. So every propose re-feeds the last K + 1 tokens, all a round
+at K can keep, before the masks: no mask entry survives under a kept token. A round at a larger
+K before, or rounds at K = 0, leave more than that unfed; `tokens_behind` tells the loop, and
+`catch_up` (the draft model's) feeds them first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minispec.proposers.draft_model import DraftModelProposer, draw, last_positions
+from minispec.proposers.proposal import DraftSampling, Proposal
+from minispec.state import LoopState
+from model.tokenizer import MASK_TOKEN_ID
+
+
+class ParallelDraftProposer(DraftModelProposer):
+    """The draft model's proposer with one forward for all K drafts; its catch_up is inherited."""
+
+    def propose(
+        self,
+        state: LoopState,
+        num_speculative_tokens: int,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
+    ) -> Proposal:
+        """x_i ~ q_i for i = 1..K from one draft forward over [last K + 1 tokens, K - 1 masks]."""
+        k = num_speculative_tokens
+        real = last_positions(state.seq_len, k + 1)
+        masks = state.seq_len[:, None] + torch.arange(k - 1, device=real.device)
+        tokens = torch.cat([state.tokens.gather(1, real), torch.full_like(masks, MASK_TOKEN_ID)], 1)
+        logits = self.model(tokens, torch.cat([real, masks], 1), key_positions)[:, k:]
+        B, _, V = logits.shape
+        if sampling.method == "greedy":  # every row one-hot: draft_probs stays None
+            ids, probs = logits.argmax(-1), None
+        else:  # one draw over B K rows, each under its request's constraints
+            per_draft = type(sampling.constraints)(
+                *(None if c is None else c.repeat_interleave(k) for c in sampling.constraints)
+            )
+            ids, probs = draw(logits.reshape(B * k, V), per_draft, sampling.noise.reshape(B * k, V))
+            ids, probs = ids.view(B, k), probs.view(B, k, V)
+        return Proposal(ids, torch.full_like(state.seq_len, k), probs)
+
+    @staticmethod
+    def tokens_behind(behind: int, last_k: int, k: int) -> int:
+        """The catch-up a round at K needs (catch_up feeds each row's last tokens_behind + 2
+        tokens): the last round at last_k left up to last_k + 1 tokens unfed, K = 0 rounds since
+        `behind` more, and this round's propose feeds the last K + 1 itself."""
+        unfed = (last_k + 1 if last_k else 0) + behind
+        return unfed - 2 if unfed > k + 1 else 0
