@@ -25,14 +25,14 @@ from model.gpt import GPT, GPTConfig
 from model.head import FeatureHead, HeadConfig
 from model.hf import load_hf_folder
 from model.storage import (
+    FORMAT,
+    HEAD_FORMAT,
     TIED_KEY,
     atomic_write,
     cast_finite,
     config_shapes,
 )
 
-FORMAT = "minispec-gpt-v1"
-HEAD_FORMAT = "minispec-head-v1"
 # Keys of the trainer's optimizer state, which a resumable checkpoint carries beside the
 # weights (save_checkpoint's `extra`); loading a model skips them.
 OPTIMIZER_PREFIX = "optim."

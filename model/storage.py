@@ -1,18 +1,28 @@
 """What checkpoint files (model/checkpoint.py) and model folders (model/hf.py, model/folders.py)
-share: atomic writes, and the checks of loaded weights against their config.
+share: atomic writes, a checkpoint's header read alone, and the checks of loaded weights against
+their config. torch is imported by those checks only: the commands check their output paths and
+read headers (model/folders.py, header_metadata) before torch's second of start-up.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import struct
+from contextlib import contextmanager
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING, Iterator
 
 from model.errors import CheckpointError
-from model.gpt import GPT, GPTConfig
 
+if TYPE_CHECKING:
+    import torch
+
+    from model.gpt import GPTConfig
+
+FORMAT = "minispec-gpt-v1"  # a model checkpoint's "format" metadata
+HEAD_FORMAT = "minispec-head-v1"  # a feature head's
 TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
 
@@ -46,17 +56,28 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
     return stale
 
 
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError inside names `path`: a write to a full disk names no file, and a temporary's
+    failure names the temporary, where the user needs the file they asked for."""
+    try:
+        yield
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write bytes so that `path` is either the old file or the complete new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with naming(path):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -66,6 +87,8 @@ def cast_finite(
 ) -> dict[str, torch.Tensor]:
     """`weights` cast to `dtype`. NaN or inf weights, in the file or made by the cast, decode
     to garbage (only NUL bytes) with exit code 0: they are an error that names the tensor."""
+    import torch  # deferred: see the module docstring
+
     cast = {k: v.to(dtype) for k, v in weights.items()}
     for k, v in cast.items():
         if not torch.isfinite(v).all():
@@ -78,5 +101,25 @@ def cast_finite(
 def config_shapes(config: GPTConfig) -> dict[str, torch.Size]:
     """The shape of each tensor a model of `config` holds, from a model on the meta device (no
     memory): a file that disagrees with its config is reported before it can ask for terabytes."""
+    import torch  # deferred: see the module docstring
+
+    from model.gpt import GPT
+
     with torch.device("meta"):
         return {k: v.shape for k, v in GPT(config, init_weights=False).state_dict().items()}
+
+
+def header_metadata(path: Path) -> dict[str, str]:
+    """A checkpoint's metadata, from its header alone: without torch, and without reading the
+    tensors (a training state holds the model three times over)."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > path.stat().st_size:  # a size no header has: not a safetensors file
+                raise ValueError
+            meta = json.loads(f.read(size)).get("__metadata__") or {}
+        if not isinstance(meta, dict):
+            raise ValueError
+    except (struct.error, ValueError, AttributeError, RecursionError):
+        raise CheckpointError(f"{path}: not a safetensors file") from None
+    return meta

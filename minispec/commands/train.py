@@ -13,7 +13,6 @@ import json
 import math
 import os
 import shlex
-import struct
 import sys
 import tempfile
 import time
@@ -41,10 +40,9 @@ from model.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from model.errors import CheckpointError
 from model.folders import MARKER, list_written, unlisted
 from model.gpt import GPT, PRESETS, GPTConfig
-from model.storage import remove_stale_temporaries
+from model.storage import header_metadata, remove_stale_temporaries
 
 # The files a run writes into --out-dir besides the models: the loss curve is a PNG with
 # matplotlib and a text chart without (curve.py).
@@ -407,22 +405,6 @@ def check_resumable(
         )
 
 
-def saved_metadata(path: Path) -> dict[str, str]:
-    """A checkpoint's metadata, from its header alone: a training state holds the model three
-    times over (weights and two AdamW moments), and --check-args needs none of it."""
-    try:
-        with open(path, "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            if size > path.stat().st_size:  # a size no header has: not a safetensors file
-                raise ValueError
-            meta = json.loads(f.read(size)).get("__metadata__") or {}
-        if not isinstance(meta, dict):
-            raise ValueError
-    except (struct.error, ValueError, AttributeError, RecursionError):
-        raise CheckpointError(f"{path}: not a safetensors file") from None
-    return meta
-
-
 def check_corpus(args: argparse.Namespace, roles: list[str], sizes: tuple[int, int, int]) -> None:
     """ValueError when a corpus of `sizes` (files, training and held-out tokens) cannot train
     the roles' windows: otherwise the first batch fails deep in torch.randint, or the held-out
@@ -444,7 +426,7 @@ def check_corpus_ahead(args: argparse.Namespace, state_dir: Path, roles: list[st
     for role in roles:
         if (path := state_dir / f"{role}.state.safetensors").is_file():
             config = PRESETS[args.preset][role]
-            check_resumable(path, saved_metadata(path), args.preset, config, args.seed, corpus)
+            check_resumable(path, header_metadata(path), args.preset, config, args.seed, corpus)
 
 
 def initial_weights(path: Path, config: GPTConfig) -> GPT:
