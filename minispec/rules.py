@@ -37,11 +37,12 @@ PROPOSER_NAMES = (
     "head_tree",
     "ngram",
     "parallel",
+    "parallel_tree",
     "suffix",
     "tree",
 )
 # The proposers that draft a tree (minispec/tree_round.py's round): the draft model's, the head's
-TREE_PROPOSERS = ("tree", "head_tree")
+TREE_PROPOSERS = ("tree", "head_tree", "parallel_tree")
 
 # name -> (the rule in words, whether a number keeps it; a NaN keeps none)
 RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {

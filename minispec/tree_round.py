@@ -2,7 +2,8 @@
 a chain (chosen by `--proposer tree`; the chain's round does not change for it).
 
   noise    one draft row, one uniform per node and one target row        (sampling/noise.py)
-  propose  the draft model's tree, one draft step per depth      (minispec/proposers/tree.py)
+  propose  the draft model's tree, one draft step per depth      (minispec/proposers/tree.py;
+           the parallel drafter's in one forward, minispec/proposers/parallel.py)
   verify   the target's logits at the root and at every node, in one (N+1)-token forward,
            each node attending to the row's earlier tokens and its own ancestors
   accept   the tree rule: the accepted path, then a corrective or bonus token (sampling/tree.py)
@@ -18,7 +19,12 @@ from __future__ import annotations
 
 import torch
 
-from minispec.proposers import DraftSampling, FeatureHeadTreeProposer, TreeProposer
+from minispec.proposers import (
+    DraftSampling,
+    FeatureHeadTreeProposer,
+    ParallelTreeProposer,
+    TreeProposer,
+)
 from minispec.proposers.tree import tree_layout
 from minispec.round import RoundSettings
 from minispec.state import LoopState, advance, alpha_statistics
@@ -67,7 +73,7 @@ def path_acceptance(
 
 def tree_round(
     target: GPT,
-    proposer: TreeProposer | FeatureHeadTreeProposer,
+    proposer: TreeProposer | FeatureHeadTreeProposer | ParallelTreeProposer,
     state: LoopState,
     constraints: RowConstraints,
     key_positions: torch.Tensor | None = None,
@@ -104,7 +110,8 @@ def tree_round(
         compiled=False,
         check_values=False,
     )
-    # The draft model's cache holds the tree too; a head's is rewritten by follow_target.
+    # The draft model's cache holds the tree too; a head's is rewritten by follow_target, and
+    # a parallel drafter's re-feeds the kept tokens itself.
     drafter = [proposer.model] if isinstance(proposer, TreeProposer) else []
     move_accepted_path([target, *drafter], state, tree, output)
     beta = path_acceptance(

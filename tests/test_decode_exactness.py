@@ -85,8 +85,8 @@ def test_greedy_float64_every_proposer_equals_target_only(
     decoder = SpeculativeDecoder(*float64_pair, compile=False, suffix_index=lookup_index())
     baseline = decoder.generate(GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(0))
     monkeypatch.setattr(minispec.proposers.parallel, "MASK_TOKEN_ID", 15)  # V = 16
-    for proposer in ("ngram", "suffix", "parallel"):
-        for k in (3, "auto"):
+    for proposer in ("ngram", "suffix", "parallel", "parallel_tree"):
+        for k in (3,) if proposer == "parallel_tree" else (3, "auto"):  # a tree's depth is fixed
             out = decoder.generate(
                 GREEDY_PROMPTS, greedy_params(), SpeculativeConfig(k, proposer=proposer)
             )
@@ -175,6 +175,7 @@ PROPOSER_CASES = [
     ("feature_head", "block"),
     ("head_tree", "standard"),
     ("parallel", "standard"),
+    ("parallel_tree", "standard"),
 ]
 AUTO_RULES = ("standard", "block")  # the rules a T = 0 and a T = 1 row are run by under "auto"
 # + the mixed-temperature batch, the adaptive-K test and a newly registered proposer

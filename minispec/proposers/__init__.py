@@ -4,6 +4,7 @@
 - ``NgramProposer``: the request's own prompt and output (prompt lookup), tensor ops.
 - ``ParallelDraftProposer``: the draft model drafts all K tokens in one forward, after mask
   tokens (parallel.py, PARD); the draft must be trained for it (`minispec train-parallel`).
+  ``ParallelTreeProposer`` draws a tree from the same forward's q.
 - ``TreeProposer``: the draft model drafts a tree, several candidates where it branches
   (tree.py); its round is minispec/tree_round.py.
 - ``SuffixProposer``: the longest match of the recent context in a corpus (``SuffixIndex``), the
@@ -25,7 +26,7 @@ from typing import Callable, NamedTuple
 from minispec.proposers.draft_model import DraftModelProposer
 from minispec.proposers.feature_head import FeatureHeadProposer, FeatureHeadTreeProposer
 from minispec.proposers.ngram import NgramProposer, ngram_propose
-from minispec.proposers.parallel import ParallelDraftProposer
+from minispec.proposers.parallel import ParallelDraftProposer, ParallelTreeProposer
 from minispec.proposers.proposal import DraftSampling, HostProposer, Proposal, Proposer
 from minispec.proposers.suffix import SuffixIndex, SuffixProposer
 from minispec.proposers.tree import TreeProposer
@@ -61,6 +62,7 @@ PROPOSERS: dict[str, Registered] = {
     ),
     "ngram": Registered(lambda held: NgramProposer()),
     "parallel": Registered(lambda held: ParallelDraftProposer(held.draft), needs="draft"),
+    "parallel_tree": Registered(lambda held: ParallelTreeProposer(held.draft), needs="draft"),
     "suffix": Registered(lambda held: SuffixProposer(held.suffix_index), needs="suffix_index"),
     "tree": Registered(lambda held: TreeProposer(held.draft), needs="draft"),
 }
@@ -75,6 +77,7 @@ __all__ = [
     "HostProposer",
     "NgramProposer",
     "ParallelDraftProposer",
+    "ParallelTreeProposer",
     "Proposal",
     "Proposer",
     "Registered",

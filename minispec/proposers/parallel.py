@@ -20,8 +20,11 @@ import torch
 
 from minispec.proposers.draft_model import DraftModelProposer, draw, last_positions
 from minispec.proposers.proposal import DraftSampling, Proposal
+from minispec.proposers.tree import draft_tree
 from minispec.state import LoopState
+from model.gpt import GPT
 from model.tokenizer import MASK_TOKEN_ID
+from sampling.tree import TreeShape
 
 
 class ParallelDraftProposer(DraftModelProposer):
@@ -36,10 +39,7 @@ class ParallelDraftProposer(DraftModelProposer):
     ) -> Proposal:
         """x_i ~ q_i for i = 1..K from one draft forward over [last K + 1 tokens, K - 1 masks]."""
         k = num_speculative_tokens
-        real = last_positions(state.seq_len, k + 1)
-        masks = state.seq_len[:, None] + torch.arange(k - 1, device=real.device)
-        tokens = torch.cat([state.tokens.gather(1, real), torch.full_like(masks, MASK_TOKEN_ID)], 1)
-        logits = self.model(tokens, torch.cat([real, masks], 1), key_positions)[:, k:]
+        logits = parallel_logits(self.model, state, k, key_positions)
         B, _, V = logits.shape
         if sampling.method == "greedy":  # every row one-hot: draft_probs stays None
             ids, probs = logits.argmax(-1), None
@@ -58,3 +58,37 @@ class ParallelDraftProposer(DraftModelProposer):
         `behind` more, and this round's propose feeds the last K + 1 itself."""
         unfed = (last_k + 1 if last_k else 0) + behind
         return unfed - 2 if unfed > k + 1 else 0
+
+
+class ParallelTreeProposer(ParallelDraftProposer):
+    """A tree from the same one forward (`--proposer parallel_tree`): every node at depth d
+    has its children drawn from q_(d+1), whatever its own token, by the tree proposer's draws
+    (minispec/proposers/tree.py: siblings without replacement, each with its exact q). The
+    draft's cache never holds the tree: no path to move after the round."""
+
+    def propose(
+        self,
+        state: LoopState,
+        tree: TreeShape,
+        sampling: DraftSampling,
+        key_positions: torch.Tensor | None = None,
+    ) -> Proposal:
+        """The tree's N drafts [B, N] in node order and their q_i (draft_tree)."""
+        logits = parallel_logits(self.model, state, tree.max_depth, key_positions)
+
+        def step(x: torch.Tensor, nodes: list[int], width: int) -> torch.Tensor:
+            below = tree.depth[nodes[0]]  # the depth below x's, counted from 0
+            return logits[:, below : below + 1].expand(-1, len(nodes), -1)
+
+        return draft_tree(logits[:, :1], tree, sampling, step, state.seq_len)
+
+
+def parallel_logits(
+    model: GPT, state: LoopState, k: int, key_positions: torch.Tensor | None
+) -> torch.Tensor:
+    """The draft's logits [B, K, V] for x_1..x_K: one forward over each row's last K + 1 tokens
+    and K - 1 masks, read at the last real token and at the masks."""
+    real = last_positions(state.seq_len, k + 1)
+    masks = state.seq_len[:, None] + torch.arange(k - 1, device=real.device)
+    tokens = torch.cat([state.tokens.gather(1, real), torch.full_like(masks, MASK_TOKEN_ID)], 1)
+    return model(tokens, torch.cat([real, masks], 1), key_positions)[:, k:]
