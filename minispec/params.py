@@ -236,11 +236,8 @@ def check_decoder(
             kind = "a GPT" + (" or None" if name == "draft" else "")
             raise TypeError(f"{name} must be {kind}, got {type(model).__name__}")
     for name, model in (("target", target), ("draft", draft)):
-        if model is not None and any(t.is_meta for t in (*model.parameters(), *model.buffers())):
-            raise ValueError(
-                f"{name} is on the meta device, which holds shapes but no weights: load its "
-                f"weights (model.checkpoint.load_checkpoint) or build it on cpu or cuda"
-            )
+        if model is not None:
+            check_not_meta(name, model)
     if compile not in (True, False, "aot", "auto"):
         raise ValueError(f'compile must be True, False, "aot" or "auto", got {compile!r}')
     if eos_token_id is not None and (
@@ -258,17 +255,50 @@ def check_decoder(
             f"draft vocabulary ({draft.config.vocab_size}) differs from the "
             f"target's ({target.config.vocab_size})"
         )
-    if isinstance(head, FeatureHead) and head.config.target_width != target.config.d_model:
-        raise ValueError(
-            f"head reads states of width {head.config.target_width}, the target's are "
-            f"{target.config.d_model}"
-        )
     loads_head = callable(head) and not isinstance(head, torch.nn.Module)
     if not (head is None or isinstance(head, FeatureHead) or loads_head):
         raise TypeError(
             f"head must be a FeatureHead, a function that loads one, or None, got "
             f"{type(head).__name__}"
         )
+    if isinstance(head, FeatureHead):
+        check_head(head, target)
+
+
+def check_not_meta(name: str, model: torch.nn.Module) -> None:
+    """ValueError if `model` is on the meta device, which holds shapes but no weights."""
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        raise ValueError(
+            f"{name} is on the meta device, which holds shapes but no weights: load its "
+            f"weights (model.checkpoint) or build it on cpu or cuda"
+        )
+
+
+def check_head(head, target: GPT, name: str = "head") -> FeatureHead:
+    """`head` (`name`: where it came from), checked against the target whose states it reads
+    before any round runs it: a FeatureHead of the target's width and context (a round reads
+    as many cache slots in both), on the target's device, in its dtype."""
+    if not isinstance(head, FeatureHead):
+        raise TypeError(f"{name} must be a FeatureHead, got {type(head).__name__}")
+    config, wants = head.config, target.config
+    if config.target_width != wants.d_model:
+        raise ValueError(
+            f"{name} reads states of width {config.target_width}, the target's are {wants.d_model}"
+        )
+    if config.max_seq_len < wants.max_seq_len:
+        raise ValueError(
+            f"{name} has a context of {config.max_seq_len} tokens, shorter than the target's "
+            f"{wants.max_seq_len}: train one on this target (minispec train-head)"
+        )
+    check_not_meta(name, head)
+    weights, wanted = target.embed.weight, {(p.device, p.dtype) for p in head.parameters()}
+    if wanted != {(weights.device, weights.dtype)}:
+        found = ", ".join(sorted(f"{dtype} on {device}" for device, dtype in wanted))
+        raise ValueError(
+            f"{name} holds {found}, the target {weights.dtype} on {weights.device}: move it "
+            f"with head.to(target.embed.weight)"
+        )
+    return head
 
 
 def check_request(
