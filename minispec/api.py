@@ -20,11 +20,13 @@ from minispec.stats import DecodeStats
 from model import tokenizer as byte_tokenizer
 from model.checkpoint import CheckpointError, load_head, load_pair
 from model.hf_tokenizer import TextTokenizer
-
-CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
-DEFAULT_TARGET = CHECKPOINTS / "target.safetensors"
-DEFAULT_DRAFT = CHECKPOINTS / "draft.safetensors"
-DEFAULT_HEAD = CHECKPOINTS / "head.safetensors"  # the feature head trained on DEFAULT_TARGET
+from model.storage import (  # noqa: F401 (CHECKPOINTS: the API's name for the folder too)
+    CHECKPOINTS,
+    DEFAULT_DRAFT,
+    DEFAULT_HEAD,
+    DEFAULT_TARGET,
+    default_head,
+)
 
 
 class GenerateResult(NamedTuple):
@@ -39,11 +41,11 @@ def load_decoder(
     draft: str | Path = DEFAULT_DRAFT,
     device: str = "cpu",
     compile: bool | str = True,
-    head: str | Path | None = DEFAULT_HEAD,
+    head: str | Path | None = None,
 ) -> SpeculativeDecoder:
     """Load a checkpoint pair (and a feature head trained on the target, for the feature_head
-    proposer; the shipped one when it is there and the target is the shipped one, None for
-    none) once per process and wrap it in a (compiled) decoder; `compile` as
+    and head_tree proposers, read on first use; None: the shipped one, with the shipped target
+    only) once per process and wrap it in a (compiled) decoder; `compile` as
     SpeculativeDecoder's. A bad argument raises TypeError or ValueError naming it."""
     for name, path in (("target", target), ("draft", draft), ("head", head)):
         if not isinstance(path, (str, os.PathLike)) and not (name == "head" and path is None):
@@ -53,10 +55,7 @@ def load_decoder(
     if compile not in (True, False, "aot", "auto"):
         raise ValueError(f"compile must be True, False, 'aot' or 'auto', got {compile!r}")
     check_device(device)
-    if head is not None and Path(head) == DEFAULT_HEAD:
-        # The shipped head reads the shipped target's states only.
-        shipped = Path(target) == DEFAULT_TARGET and DEFAULT_HEAD.is_file()
-        head = DEFAULT_HEAD if shipped else None
+    head = default_head(target) if head is None else head
     return cached_decoder(target, draft, device, compile, head)
 
 
@@ -72,7 +71,7 @@ def check_device(device: str | torch.device) -> None:
 
 @lru_cache(maxsize=4)
 def cached_decoder(
-    target: str | Path, draft: str | Path, device: str, compile: bool | str, head: Path | None
+    target: str | Path, draft: str | Path, device: str, compile: bool | str, head: str | Path | None
 ) -> SpeculativeDecoder:
     """load_decoder's work, once per process for each set of (checked) arguments. The head is
     read on the first call that drafts with it."""

@@ -26,6 +26,7 @@ from minispec.rules import (  # the rules of the values, torch-free: `minispec d
     TREE_PROPOSERS,
     check_range,
     check_tree,
+    head_problem,
 )
 from model.gpt import GPT
 from model.head import FeatureHead
@@ -276,26 +277,22 @@ def check_not_meta(name: str, model: torch.nn.Module) -> None:
 
 def check_head(head, target: GPT, name: str = "head") -> FeatureHead:
     """`head` (`name`: where it came from), checked against the target whose states it reads
-    before any round runs it: a FeatureHead of the target's width and context (a round reads
-    as many cache slots in both), on the target's device, in its dtype."""
+    before any round runs it: a FeatureHead that fits the target (rules.py's head_problem), on
+    the target's device, in its dtype."""
     if not isinstance(head, FeatureHead):
         raise TypeError(f"{name} must be a FeatureHead, got {type(head).__name__}")
     config, wants = head.config, target.config
-    if config.target_width != wants.d_model:
-        raise ValueError(
-            f"{name} reads states of width {config.target_width}, the target's are {wants.d_model}"
-        )
-    if config.max_seq_len < wants.max_seq_len:
-        raise ValueError(
-            f"{name} has a context of {config.max_seq_len} tokens, shorter than the target's "
-            f"{wants.max_seq_len}: train one on this target (minispec train-head)"
-        )
+    problem = head_problem(
+        config.target_width, config.max_seq_len, wants.d_model, wants.max_seq_len
+    )
+    if problem is not None:
+        raise ValueError(f"{name} {problem}")
     check_not_meta(name, head)
-    weights, wanted = target.embed.weight, {(p.device, p.dtype) for p in head.parameters()}
-    if wanted != {(weights.device, weights.dtype)}:
-        found = ", ".join(sorted(f"{dtype} on {device}" for device, dtype in wanted))
+    weights, found = target.embed.weight, {(p.dtype, p.device) for p in head.parameters()}
+    if found != {(weights.dtype, weights.device)}:
+        held = ", ".join(sorted(f"{dtype} on {device}" for dtype, device in found))
         raise ValueError(
-            f"{name} holds {found}, the target {weights.dtype} on {weights.device}: move it "
+            f"{name} holds {held}, the target {weights.dtype} on {weights.device}: move it "
             f"with head.to(target.embed.weight)"
         )
     return head

@@ -1,6 +1,6 @@
 """The rules of a request's values, written once: K's range, the sampling ranges, the seed per
-prompt, the draft methods, and the tree proposer's limits, with its node count computed from the
-numbers, never by building the tree.
+prompt, the draft methods, the tree proposer's limits, with its node count computed from the
+numbers, never by building the tree, and a feature head's fit to its target.
 
 SamplingParams and SpeculativeConfig (params.py) check their values by these rules, and
 `minispec decode` checks its flags by them while parsing (minispec/commands/args.py's
@@ -43,6 +43,8 @@ PROPOSER_NAMES = (
 )
 # The proposers that draft a tree (minispec/tree_round.py's round): the draft model's, the head's
 TREE_PROPOSERS = ("tree", "head_tree", "parallel_tree")
+# The proposers that draft with a feature head (PROPOSERS' needs == "head")
+HEAD_PROPOSERS = ("feature_head", "head_tree")
 
 # name -> (the rule in words, whether a number keeps it; a NaN keeps none)
 RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
@@ -74,6 +76,20 @@ def check_seed_count(seed: int, count: int) -> None:
             f"seed must be in [0, 2**32 - {count}] for {count} prompts (request i uses "
             f"seed + i), got {seed}"
         )
+
+
+def head_problem(width: int, context: int, target_width: int, target_context: int) -> str | None:
+    """Why a feature head that reads states of `width` and holds `context` tokens cannot draft
+    for a target of `target_width` and `target_context`, or None: it reads the target's states,
+    and a round reads as many cache slots in the head as in the target."""
+    if width != target_width:
+        return f"reads states of width {width}, the target's are {target_width}"
+    if context < target_context:
+        return (
+            f"has a context of {context} tokens, shorter than the target's {target_context}: "
+            f"train one on this target (minispec train-head)"
+        )
+    return None
 
 
 def tree_nodes(branching: tuple[int, ...], depth: int, bound: int) -> int:

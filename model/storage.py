@@ -1,7 +1,8 @@
 """What checkpoint files (model/checkpoint.py) and model folders (model/hf.py, model/folders.py)
-share: atomic writes, a checkpoint's header read alone, and the checks of loaded weights against
-their config. torch is imported by those checks only: the commands check their output paths and
-read headers (model/folders.py, header_metadata) before torch's second of start-up.
+share: where the shipped ones lie, atomic writes, a checkpoint's header read alone, and the checks
+of loaded weights against their config. torch is imported by those checks only: the commands
+check their output paths and read headers (model/folders.py, header_metadata) before torch's
+second of start-up.
 """
 
 from __future__ import annotations
@@ -21,10 +22,23 @@ if TYPE_CHECKING:
 
     from model.gpt import GPTConfig
 
+# The shipped pair and feature head: checkpoints/ beside minispec/, in the repository and in
+# site-packages alike (the wheel installs it there).
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+DEFAULT_TARGET = CHECKPOINTS / "target.safetensors"
+DEFAULT_DRAFT = CHECKPOINTS / "draft.safetensors"
+DEFAULT_HEAD = CHECKPOINTS / "head.safetensors"  # trained on DEFAULT_TARGET's states
 FORMAT = "minispec-gpt-v1"  # a model checkpoint's "format" metadata
 HEAD_FORMAT = "minispec-head-v1"  # a feature head's
 TIED_KEY = "lm_head.weight"  # if tied, it is embed.weight: stored once, re-tied on load
 TEMPORARY = re.compile(r"\..+\.tmp-(\d+)")  # atomic_write's `.<name>.tmp-<pid>`
+
+
+def default_head(target: str | Path) -> Path | None:
+    """The feature head that goes with `target` when none is named: the shipped one, which
+    reads the shipped target's states only; None for any other target."""
+    shipped = Path(target).resolve() == DEFAULT_TARGET and DEFAULT_HEAD.is_file()
+    return DEFAULT_HEAD if shipped else None
 
 
 def process_alive(pid: int) -> bool:

@@ -1,7 +1,8 @@
 """Every argument error a user can make in `minispec decode` (and `samples`, `bench`) is one line
 and exit code 2 before torch is imported (issue 54): K, the sampling ranges, the seed per
-prompt, the method and proposer names, checkpoint paths, and trees too large or too deep, whose
-size is counted from the numbers, never built.
+prompt, the method and proposer names, checkpoint paths, trees too large or too deep, whose
+size is counted from the numbers, never built, and a feature head that its file's header shows
+cannot draft for the target (issue 66).
 
 The cases run in one child process in which torch cannot be imported at all: a check that
 needed it, or a flag that slipped through to the work, ends the case in an ImportError instead
@@ -12,11 +13,14 @@ take are light copies of registries that import torch; the copies are held equal
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from model.storage import HEAD_FORMAT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,6 +62,20 @@ CASES = [
     (["samples", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["samples", "--target", "{folder}/missing.safetensors"], "not found"),
     (["bench", "--proposers", "draft_model,tree"], "make bench-tree"),
+    # The feature head, from the headers (issue 66): {heads} holds hand-made bad head files.
+    (["decode", "--head", "{heads}/garbage.safetensors"], "not a safetensors file"),
+    (["decode", "--head", "checkpoints/target.safetensors"], "not a feature head (format"),
+    (["decode", "--head", "{heads}/no_config.safetensors"], "its config does not parse"),
+    (["decode", "--head", "{heads}/short.safetensors"], "context of 64 tokens, shorter than"),
+    (
+        ["decode", "--proposer", "feature_head", "--target", "checkpoints/draft.safetensors"],
+        "name one with --head",
+    ),
+    (  # the shipped head's path, named for another target, is read, not dropped
+        ["decode", "--target", "checkpoints/draft.safetensors"]
+        + ["--head", "checkpoints/head.safetensors"],
+        "reads states of width 384, the target's are 128",
+    ),
 ]
 
 # Runs each argv (JSON on stdin) through the front door with torch's import refused, and
@@ -88,6 +106,21 @@ print(json.dumps(results))
 """
 
 
+def write_header(path: Path, metadata: dict[str, str]) -> None:
+    """A safetensors file that holds no tensors and `metadata`."""
+    header = json.dumps({"__metadata__": metadata}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+def bad_heads(folder: Path) -> Path:
+    """Head files that fail on their header alone: not safetensors, no config, a short context."""
+    (folder / "garbage.safetensors").write_bytes(b"not a checkpoint")
+    write_header(folder / "no_config.safetensors", {"format": HEAD_FORMAT})
+    short = {"target_width": 384, "max_seq_len": 64}
+    write_header(folder / "short.safetensors", {"format": HEAD_FORMAT, "config": json.dumps(short)})
+    return folder
+
+
 def assert_one_error_line(code: int | str | None, stderr: str, fragment: str) -> None:
     assert code == 2, (code, stderr)
     lines = stderr.splitlines()
@@ -98,7 +131,8 @@ def assert_one_error_line(code: int | str | None, stderr: str, fragment: str) ->
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> list:
     folder = tmp_path_factory.mktemp("no_model")
-    argvs = [[a.format(folder=folder) for a in argv] for argv, _ in CASES]
+    heads = bad_heads(tmp_path_factory.mktemp("bad_heads"))
+    argvs = [[a.format(folder=folder, heads=heads) for a in argv] for argv, _ in CASES]
     child = subprocess.run(
         [sys.executable, "-c", RUN_WITHOUT_TORCH],
         input=json.dumps(argvs),
@@ -123,6 +157,7 @@ def test_the_light_name_lists_are_the_registries() -> None:
     against its registries. A proposer or method added to one only would fail here."""
     from minispec.proposers import PROPOSERS
     from minispec.rules import (
+        HEAD_PROPOSERS,
         PROPOSER_NAMES,
         REJECTION_SAMPLE_METHOD_NAMES,
         TREE_SAMPLE_METHOD_NAMES,
@@ -130,6 +165,7 @@ def test_the_light_name_lists_are_the_registries() -> None:
     from sampling.rules import REJECTION_SAMPLE_METHODS, TREE_SAMPLE_METHODS
 
     assert PROPOSER_NAMES == tuple(PROPOSERS)
+    assert HEAD_PROPOSERS == tuple(name for name in PROPOSERS if PROPOSERS[name].needs == "head")
     assert REJECTION_SAMPLE_METHOD_NAMES == REJECTION_SAMPLE_METHODS
     assert TREE_SAMPLE_METHOD_NAMES == TREE_SAMPLE_METHODS
 

@@ -49,15 +49,19 @@ from minispec.origins import ACCEPTED, BONUS, CORRECTIVE, TARGET
 from minispec.rules import (
     DEFAULT_TREE_BRANCHING,
     DRAFT_SAMPLE_METHODS,
+    HEAD_PROPOSERS,
     MAX_TREE_NODES,
     PROPOSER_NAMES,
     REJECTION_SAMPLE_METHOD_NAMES,
     TREE_PROPOSERS,
     check_seed_count,
     check_tree,
+    head_problem,
 )
 from model import tokenizer as byte_tokenizer
+from model.errors import CheckpointError
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
+from model.storage import DEFAULT_DRAFT, DEFAULT_TARGET, HEAD_FORMAT, default_head, header_metadata
 
 START = time.perf_counter()  # for time-to-first-token, measured from interpreter start-up
 
@@ -284,23 +288,76 @@ def check_across_flags(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"argument --seed: {exc}")
 
 
+def check_head_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The feature head, from the files' headers, before torch is imported: a proposer that
+    drafts with one needs one (--head, or the shipped one with the shipped target), and the
+    file --head names must hold a head that fits the target."""
+    target = args.target or DEFAULT_TARGET
+    drafts = args.proposer in HEAD_PROPOSERS and args.num_speculative_tokens != 0
+    if drafts and args.head is None and default_head(target) is None:
+        parser.error(
+            f"argument --proposer: {args.proposer} drafts with a feature head trained on the "
+            f"target: name one with --head (minispec train-head trains one)"
+        )
+    if args.head is not None and (problem := head_file_problem(args.head, target)):
+        parser.error(f"argument --head: {problem}")
+
+
+def head_file_problem(head: str, target: str | Path) -> str | None:
+    """Why the file `head` cannot draft for `target`, from the two files' headers alone, or
+    None. What only loading can tell (a checksum, a file cut inside its tensors, a model
+    folder's width) is load_head's and the decoder's to find."""
+    try:
+        meta = header_metadata(Path(head))
+    except CheckpointError as exc:
+        return str(exc)
+    if meta.get("format") != HEAD_FORMAT:
+        return (
+            f"{head}: not a feature head (format {meta.get('format')!r}, expected "
+            f"{HEAD_FORMAT!r}); minispec train-head writes one"
+        )
+    fields = config_fields(meta, "target_width", "max_seq_len")
+    if fields is None:
+        return f"{head}: its config does not parse"
+    try:
+        target_meta = {} if Path(target).is_dir() else header_metadata(Path(target))
+    except CheckpointError:  # the target's own problem: its load names it
+        return None
+    wants = config_fields(target_meta, "d_model", "max_seq_len")
+    if wants is None:  # a model folder, or a target whose own load names its problem
+        return None
+    problem = head_problem(*fields, *wants)
+    return None if problem is None else f"{head} {problem}"
+
+
+def config_fields(meta: dict, *names: str) -> tuple[int, ...] | None:
+    """The int fields `names` of a checkpoint's config (its metadata's JSON), or None where
+    it has none or they are not ints."""
+    try:
+        config = json.loads(meta["config"])
+        values = tuple(config[name] for name in names)
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return None
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    return values if ints else None
+
+
 def run_decode(argv: list[str]) -> int:
     parser = decode_parser()
     args = parser.parse_args(argv)
     check_across_flags(parser, args)
+    check_head_flag(parser, args)
     check_device(parser, args.device)  # the one check that needs torch: after every other one
     import torch  # deferred: --help and argument errors stay instant
 
-    from minispec.api import DEFAULT_DRAFT, DEFAULT_HEAD, DEFAULT_TARGET, generate, load_decoder
+    from minispec.api import generate, load_decoder
 
     prompts = args.prompt or [DEFAULT_PROMPT]
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
     target = args.target or DEFAULT_TARGET
     compile = args.compile_mode if args.compile and args.compile_mode != "jit" else args.compile
-    decoder = load_decoder(
-        target, args.draft or DEFAULT_DRAFT, args.device, compile, args.head or DEFAULT_HEAD
-    )
+    decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile, args.head)
     decoder.prefill_threads = args.prefill_threads
     # A checkpoint file is on the byte vocabulary; a model folder may carry its own tokenizer.
     # The draft's is the same: load_pair compared them.
