@@ -159,7 +159,7 @@ class SpeculativeDecoder:
 
     def feature_head(self) -> FeatureHead | None:
         """The feature head, read on first use when the decoder was given a function that loads
-        it, and checked against the target as a head given itself is; None when it has none."""
+        it, and checked against the target as a given head is; None when it has none."""
         if self.load_head is None:  # loaded, or none: without the lock, as a round asks
             return self.head
         with self.head_loading:
@@ -275,7 +275,8 @@ class SpeculativeDecoder:
         if max(spec.widths) and PROPOSERS[spec.proposer].needs == "head":
             self.feature_head()  # read on first use (and checked) before the models are locked
         # The models' KV caches are a call's one working memory: two calls interleaving their
-        # rounds would overwrite each other's entries. Calls from several threads wait.
+        # rounds would overwrite each other's entries. Calls from several threads wait (for
+        # one inside its on_tokens, they are refused: exclusive).
         with exclusive([m for m in self.models() if m is not None]) as stream, torch.no_grad():
             widest = max(spec.widths)
             # K = 0 only: no proposer runs, and any proposer's round is the baseline.
