@@ -126,14 +126,36 @@ def config_shapes(config: GPTConfig) -> dict[str, torch.Size]:
 def header_metadata(path: Path) -> dict[str, str]:
     """A checkpoint's metadata, from its header alone: without torch, and without reading the
     tensors (a training state holds the model three times over)."""
+    return read_header(path)[0].get("__metadata__") or {}
+
+
+def check_whole(path: Path) -> None:
+    """CheckpointError if `path` ends before its header says its tensors do: a file cut inside
+    its tensors, found without reading them."""
+    header, start = read_header(path)
+    try:
+        ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+        needed = start + max(ends, default=0)
+    except (KeyError, TypeError, IndexError):
+        raise CheckpointError(f"{path}: not a safetensors file") from None
+    if needed > path.stat().st_size:
+        raise CheckpointError(
+            f"{path}: truncated safetensors file ({path.stat().st_size} bytes, but its "
+            f"tensors end at byte {needed})"
+        )
+
+
+def read_header(path: Path) -> tuple[dict, int]:
+    """A safetensors file's header (its tensors' entries and __metadata__) and the byte where
+    their data starts, without torch."""
     try:
         with open(path, "rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             if size > path.stat().st_size:  # a size no header has: not a safetensors file
                 raise ValueError
-            meta = json.loads(f.read(size)).get("__metadata__") or {}
-        if not isinstance(meta, dict):
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict) or not isinstance(header.get("__metadata__") or {}, dict):
             raise ValueError
-    except (struct.error, ValueError, AttributeError, RecursionError):
+    except (struct.error, ValueError, RecursionError):
         raise CheckpointError(f"{path}: not a safetensors file") from None
-    return meta
+    return header, 8 + size

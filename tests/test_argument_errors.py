@@ -66,6 +66,7 @@ CASES = [
     (["decode", "--head", "{heads}/garbage.safetensors"], "not a safetensors file"),
     (["decode", "--head", "checkpoints/target.safetensors"], "not a feature head (format"),
     (["decode", "--head", "{heads}/no_config.safetensors"], "its config does not parse"),
+    (["decode", "--head", "{heads}/cut.safetensors"], "truncated safetensors file"),
     (["decode", "--head", "{heads}/short.safetensors"], "context of 64 tokens, shorter than"),
     (
         ["decode", "--proposer", "feature_head", "--target", "checkpoints/draft.safetensors"],
@@ -113,8 +114,11 @@ def write_header(path: Path, metadata: dict[str, str]) -> None:
 
 
 def bad_heads(folder: Path) -> Path:
-    """Head files that fail on their header alone: not safetensors, no config, a short context."""
+    """Head files that fail on their header alone: not safetensors, no config, a short context,
+    cut inside its tensors."""
     (folder / "garbage.safetensors").write_bytes(b"not a checkpoint")
+    whole = (ROOT / "checkpoints" / "head.safetensors").read_bytes()
+    (folder / "cut.safetensors").write_bytes(whole[: len(whole) // 2])
     write_header(folder / "no_config.safetensors", {"format": HEAD_FORMAT})
     short = {"target_width": 384, "max_seq_len": 64}
     write_header(folder / "short.safetensors", {"format": HEAD_FORMAT, "config": json.dumps(short)})

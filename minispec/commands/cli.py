@@ -61,7 +61,14 @@ from minispec.rules import (
 from model import tokenizer as byte_tokenizer
 from model.errors import CheckpointError
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
-from model.storage import DEFAULT_DRAFT, DEFAULT_TARGET, HEAD_FORMAT, default_head, header_metadata
+from model.storage import (
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    HEAD_FORMAT,
+    check_whole,
+    default_head,
+    header_metadata,
+)
 
 START = time.perf_counter()  # for time-to-first-token, measured from interpreter start-up
 
@@ -305,10 +312,11 @@ def check_head_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def head_file_problem(head: str, target: str | Path) -> str | None:
     """Why the file `head` cannot draft for `target`, from the two files' headers alone, or
-    None. What only loading can tell (a checksum, a file cut inside its tensors, a model
-    folder's width) is load_head's and the decoder's to find."""
+    None. What only loading can tell (a checksum, a model folder's width) is load_head's and
+    the decoder's to find."""
     try:
         meta = header_metadata(Path(head))
+        check_whole(Path(head))
     except CheckpointError as exc:
         return str(exc)
     if meta.get("format") != HEAD_FORMAT:
