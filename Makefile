@@ -53,29 +53,22 @@ train-head: $(STAMP)  ## train the feature head on the shipped target (about 1 h
 train-parallel: $(STAMP)  ## fine-tune the draft into a parallel drafter (PARD; about 40 min on 2 cores)
 	$(PY) -m minispec train-parallel $(ARGS)
 
-bench-head: $(STAMP)  ## the feature head against the draft model, B = 1, held out -> results/head.md
-	$(PY) -m benchmarks.bench_head $(ARGS)
-
-bench-auto: $(STAMP)  ## K = auto against K = 4 and K = 0, B = 1, code from outside the corpus -> results/auto.md
-	$(PY) -m benchmarks.bench_auto $(ARGS)
-
-bench: $(STAMP)  ## end-to-end, batch, sampler and start-up benchmarks -> results/
+# About 25 minutes on 2 cores with the graphs in the cache; ARGS='--batch-size 16 --out
+# results/batch' for B = 16, ARGS=--vllm for vLLM beside minispec (docs/benchmarks.md).
+bench: $(STAMP)  ## every method against one K = 0 baseline, by prompt category -> results/bench.md, README
 	$(PY) -m benchmarks $(ARGS)
 
 # Compares with the kept results/guard.json and exits 1 when a setting fell; ARGS=--update
 # replaces the reference (docs/benchmarks.md, "The speed guard").
-bench-guard: $(STAMP)  ## a few minutes of part 2 against results/guard.json: run after changing the round
+bench-guard: $(STAMP)  ## a few minutes of the bench against results/guard.json: run after changing the round
 	$(PY) -m benchmarks.guard $(ARGS)
-
-bench-tree: $(STAMP)  ## trees of drafts against chains: tokens per target forward, tok/s -> results/tree.md
-	$(PY) -m benchmarks.bench_tree $(ARGS)
 
 # The GPU check runs with the machine's own CUDA torch: no venv, no install, no network.
 gpu-check:  ## the GPU path in a few minutes: greedy tokens, speed, captures, the law -> results/gpu/check.md
 	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check $(ARGS)
 
 bench-gpu: $(STAMP)  ## the same benchmark on CUDA (CUDA graphs) + the sampler's Triton kernels -> results/gpu/
-	$(PY) -m benchmarks --device cuda --out results/gpu $(ARGS)
+	$(PY) -m benchmarks --device cuda --out results/gpu/bench $(ARGS)
 	$(PY) -m minispec kernels --device cuda --out results/gpu
 
 verify: $(STAMP)  ## reproduce the paper's worked example with the compiled sampler

@@ -1,4 +1,4 @@
-"""`make bench` part 7: vLLM beside minispec, on the same pair, prompts and machine.
+"""`make bench ARGS=--vllm`: vLLM beside minispec, on the same pair, prompts and machine.
 
 vLLM runs in its own virtual environment (`make vllm-check` builds .venv-vllm), so each vLLM
 mode is one engine in a child process (benchmarks.vllm_peer), started once; its start-up
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import bench_proposers
-from benchmarks.bench_sampler import machine
+from benchmarks.decoding import warm_up
 from benchmarks.spread import format_spread, spread
+from benchmarks.timing import machine
 from benchmarks.vllm_check import sample_nll, sampling_verdict, strip_eos
 from benchmarks.vllm_peer import ROOT, VLLMEngine
 from minispec.decode import SpeculativeDecoder
@@ -194,7 +194,7 @@ def measure(decoders, engines, texts, temperatures, max_new, rotations, on_row) 
             for t, decoder in decoders.items():
                 with torch_threads(t):
                     specs = [s.spec for s in all_settings if s.threads == t]
-                    bench_proposers.warm_up(decoder, warm, specs, temperature)
+                    warm_up(decoder, warm, specs, temperature)
             runs: dict[str, list[dict]] = {s.name: [] for s in all_settings}
             for r in range(rotations):
                 for s in rotation_order(all_settings, r):
@@ -396,7 +396,6 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
         note = f"vLLM rows skipped: {args.vllm_python} not found (make vllm-check builds it)"
         print(f"  {note}", flush=True)
         return note
-    temperatures = [float(t) for t in args.temperatures.split(",")]
     decoders = decoders_per_thread_count(decoder, args.threads)
     report: dict = {
         "machine": machine(torch.device(args.device), args.threads),
@@ -424,14 +423,19 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
                 "device": info["device"],
                 "startup_s": {m: e.startup_s for m, e in engines.items()},
             }
-            command = "make bench ARGS='" + " ".join(args.argv) + "'" if args.argv else "make bench"
             path.parent.mkdir(parents=True, exist_ok=True)
 
             def write(rows: list[dict]) -> None:  # after each point: a stopped run keeps its rows
-                path.write_text(render({**report, "rows": rows}, command))
+                path.write_text(render({**report, "rows": rows}, args.command))
 
             report["rows"] = measure(
-                decoders, engines, texts, temperatures, args.max_new_tokens, args.repeats, write
+                decoders,
+                engines,
+                texts,
+                args.temperatures,
+                args.max_new_tokens,
+                args.rotations,
+                write,
             )
             print("\n".join(goal_lines(report["rows"])), flush=True)
         finally:

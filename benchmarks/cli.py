@@ -15,7 +15,7 @@ def bench(argv: list[str]) -> int:
     parser = bench_parser()
     args = parse_bench(parser, argv)
     check_device(parser, args.device)
-    from benchmarks.bench import run
+    from benchmarks.harness import run
 
     return run(args)
 
@@ -28,6 +28,6 @@ def bench_sampler(argv: list[str]) -> int:
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_device(parser, args.device)
     args.threads = args.threads or str(torch.get_num_threads())
-    from benchmarks.bench_sampler import run
+    from benchmarks.sampler import run
 
     return run(args)

@@ -49,6 +49,9 @@ if importlib.util.find_spec("torch") is None:
 
 import torch
 
+from benchmarks.decoding import decode, warm_up
+from benchmarks.methods import BASELINE, Method
+from benchmarks.spread import format_spread, spread
 from minispec.api import DEFAULT_DRAFT, DEFAULT_HEAD, DEFAULT_TARGET
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
@@ -134,25 +137,6 @@ def check_greedy(report, reference, decoders, target_cpu) -> None:
     report.add()
 
 
-def run(
-    decoder,
-    prompts: list[list[int]],
-    k,
-    temperature: float,
-    seed: int,
-    warm_up=False,
-    proposer: str = "draft_model",
-):
-    """One timed generate (or, warm_up, one round at every width K allows: their graphs)."""
-    params = [
-        SamplingParams(temperature=temperature, seed=seed + i, max_new_tokens=SPEED_NEW_TOKENS)
-        for i in range(len(prompts))
-    ]
-    torch.cuda.synchronize()
-    spec = SpeculativeConfig(k, "auto", proposer=proposer)
-    return decoder.generate(prompts, params, spec, warm_up=warm_up).stats
-
-
 def graph_setting(key: tuple) -> tuple[int, int, bool]:
     """(B, K, adaptive) of a CudaGraphs key: a fixed-K round and adaptive K's round of the same
     width are two graphs (the adaptive one also picks the next width)."""
@@ -188,14 +172,10 @@ def replay_floor(decoder: SpeculativeDecoder, batch: int, k: int, repeats: int =
     return float("nan")
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
-
-
 def speed(report, decoders, prompts, batches, deadline: float) -> None:
     report.add(f"## 2. Speed at B = {', '.join(map(str, batches))} (interleaved K = 0, 4, auto)\n")
     report.add(
-        "| decoder | B | T | K | tok/s | ms / round | replay alone, ms | tokens / round | "
+        "| decoder | B | T | method | tok/s | ms / round | replay alone, ms | tokens / round | "
         "speedup over K = 0 | CUDA graphs captured, per K |"
     )
     report.add("|---|---|---|---|---|---|---|---|---|---|")
@@ -208,35 +188,37 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                     continue
                 if name == "eager" and batch > 16:
                     continue
-                # (label, K, proposer): the draft model's, and at B = 1 the feature head's
-                widths = [(0, 0, "draft_model"), (4, 4, "draft_model")]
+                # the draft model's K = 0, 4 and auto, and at B = 1 the feature head's
+                methods = [BASELINE, Method("draft_model", 4)]
                 if name != "eager" and batch < 64:
-                    widths.append(("auto", "auto", "draft_model"))
+                    methods.append(Method("draft_model", "auto"))
                 if batch == 1 and decoder.head is not None:
-                    widths += [("head 4", 4, "feature_head"), ("head auto", "auto", "feature_head")]
-                for _, k, proposer in widths:  # compile and capture before timing
-                    run(decoder, rows, k, temperature, 0, True, proposer)
-                results = {label: [] for label, _, _ in widths}
+                    methods += [Method("feature_head", 4), Method("feature_head", "auto")]
+                specs = {m.label: m.spec("auto") for m in methods}
+                warm_up(decoder, rows, list(specs.values()), temperature)  # compile, capture
+                results = {label: [] for label in specs}
                 rotations = 1 if name == "eager" else ROTATIONS
                 for r in range(rotations):
-                    for label, k, proposer in widths:
+                    for label, spec in specs.items():
                         seed = 1000 * (r + 1)
-                        results[label].append(
-                            run(decoder, rows, k, temperature, seed, False, proposer)
+                        stats, _ = decode(
+                            decoder, spec, rows, temperature, SPEED_NEW_TOKENS, seed, batch
                         )
+                        results[label].append(stats)
                 compiled = name == "compiled"
-                for k, _, proposer in widths:
-                    stats = results[k]
+                for m in methods:
+                    stats, base = results[m.label], results[BASELINE.label]
                     tok_s = statistics.median(s.tokens_per_second for s in stats)
                     ms = statistics.median(1000 * s.round_time for s in stats)
                     per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
-                    ratios = [s.speedup_over(b) for s, b in zip(stats, results[0])]
+                    ratios = [s.speedup_over(b) for s, b in zip(stats, base)]
                     floor = "-"
-                    if compiled and isinstance(k, int):
-                        floor = f"{replay_floor(decoder, batch, k):.3f}"
+                    if compiled and isinstance(m.k, int) and m.proposer == "draft_model":
+                        floor = f"{replay_floor(decoder, batch, m.k):.3f}"
                     report.add(
-                        f"| {name} | {batch} | {temperature:g} | {k} | {tok_s:.0f} | {ms:.2f} | "
-                        f"{floor} | {per_round:.2f} | {spread(ratios) if k else '-'} | "
+                        f"| {name} | {batch} | {temperature:g} | {m.label} | {tok_s:.0f} | "
+                        f"{ms:.2f} | {floor} | {per_round:.2f} | "
+                        f"{format_spread(spread(ratios)) if m.k else '-'} | "
                         f"{captures(decoder, batch) if compiled else '-'} |"
                     )
     report.add()
@@ -245,11 +227,11 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
 def draft_steps(report, decoder) -> None:
     """The head's and the draft model's one drafting step over the target's 1-token step,
     compiled (captured) alone on the GPU: what c each proposer brings to Theorem 3.8."""
-    from benchmarks.bench_head import draft_step_ratios
+    from benchmarks.steps import measure
 
     report.add("## 1b. Draft steps over a target step (compiled, B = 1)\n")
-    c = draft_step_ratios(decoder, 50, True)
-    report.add(f"draft model {c['draft_model']:.3f}, feature head {c['feature_head']:.3f}\n")
+    c = measure(decoder, set(), set(), repeats=50)["c"]
+    report.add(f"draft model {c['draft']['1']:.3f}, feature head {c['head']['1']:.3f}\n")
 
 
 def law(report) -> None:

@@ -1,19 +1,20 @@
-"""`make bench-guard`: the speed guard. A few minutes of the bench's part 2, compared with a
-reference the repository keeps (results/guard.json), so that a change to the round that costs
-speed shows up the day it is made. Run it after every change to the round.
+"""`make bench-guard`: the speed guard. A few minutes of the harness, compared with a reference
+the repository keeps (results/guard.json), so that a change to the round that costs speed shows
+up the day it is made. Run it after every change to the round.
 
-What it runs: B = 1, one thread for the rounds, rounds compiled ahead of time (aot) as the bench
-compiles them, on held-out prompts. Each setting in SETTINGS is paired with K = 0 and the two run
-interleaved, A B A B (bench_proposers.paired_row, the proposer table's pairing), and each pair
-gives one speedup; a setting reports the median, min and max of its pairs' speedups.
+What it runs: B = 1, one thread for the rounds, rounds compiled ahead of time (aot) as the
+harness compiles them, on held-out prompts. At each temperature K = 0 and the settings of
+SETTINGS run in the harness's shuffled rotations (benchmarks/harness.py, `rotate`), and each
+rotation gives each setting one speedup, its tok/s over the K = 0 run of the same rotation; a
+setting reports the median, min and max of its rotations' speedups.
 
 The rule: a setting FELL when the new run's largest speedup lies below the reference's smallest,
 new max < reference min: the two runs' min-max intervals do not overlap, the new one below.
 When nothing has changed, the m + n speedups of the two runs are exchangeable, and all n new ones
-fall below all m reference ones with probability 1 / C(m + n, n) (1 / 924 for 6 pairs each), so
+fall below all m reference ones with probability 1 / C(m + n, n) (1 / 924 for 6 rotations each), so
 a false alarm is rare whatever the distribution of the ratios. The price is sensitivity: a fall
 smaller than the runs' own spread passes; the guard catches a round that got clearly slower,
-and the bench's intervals (benchmarks/spread.py) are the tool for a small difference.
+and the harness's intervals (benchmarks/summary.py) are the tool for a small difference.
 
 The reference is read first and written only with --update (or when there is none yet), so it
 changes only on purpose; results/guard.md beside it is its table. The exit code is 1 when a
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.flags import guard_parser
-from benchmarks.spread import format_spread
+from benchmarks.spread import format_spread, spread
 
 # (temperature, K): K = 4 and auto at T = 0 and 1, and K = 8, the best fixed K at T = 0 in
 # results/bench.md. Auto compiles rounds of its own at each of its widths (0, 2, 4, 8), so a
@@ -115,21 +116,26 @@ def commit() -> dict:
 
 
 def measure(pairs: int) -> dict:
-    """Every setting of SETTINGS against K = 0, as guard.json's dict."""
+    """Every setting of SETTINGS against K = 0, as guard.json's dict: at each temperature the
+    harness's rotations (benchmarks/harness.py) of K = 0 and that temperature's settings, and
+    each setting's speedup per rotation over the K = 0 run of the same rotation."""
+    from types import SimpleNamespace
+
     import torch
 
-    from benchmarks.bench_proposers import paired_row, warm_up
-    from benchmarks.bench_sampler import machine
+    from benchmarks.decoding import warm_up
+    from benchmarks.harness import rotate
+    from benchmarks.methods import BASELINE, Method
+    from benchmarks.summary import rate, rotation_stats, summed
+    from benchmarks.timing import machine
     from minispec.api import load_decoder
     from minispec.commands.prompts import held_out_prompts
-    from minispec.params import SpeculativeConfig
     from model import tokenizer
 
     torch.set_num_threads(THREADS)
     start = time.perf_counter()
     decoder = load_decoder(device="cpu", compile="aot")
-    texts = held_out_prompts(PROMPTS)
-    prompts = [tokenizer.encode(t) for t in texts]
+    prompts = {"held out": [tokenizer.encode(t) for t in held_out_prompts(PROMPTS)]}
     report = {
         "command": COMMAND,
         "machine": machine(torch.device("cpu"), THREADS),
@@ -142,26 +148,34 @@ def measure(pairs: int) -> dict:
         "pairs": pairs,
         "settings": {},
     }
+    args = SimpleNamespace(draft_sample_method="auto", batch_size=1, seed=0, rotations=pairs)
+    args.max_new_tokens = MAX_NEW_TOKENS
+    temperatures = sorted({t for t, _ in SETTINGS})
     # Build (or load) every graph first, so that the time to build them, which only a cold
-    # cache pays, is reported apart from the time the pairs take.
-    for temperature, k in SETTINGS:
-        warm_up(decoder, prompts[:1], [SpeculativeConfig(k), SpeculativeConfig(0)], temperature)
+    # cache pays, is reported apart from the time the rotations take.
+    for temperature in temperatures:
+        specs = [Method("draft_model", k).spec("auto") for t, k in SETTINGS if t == temperature]
+        warm_up(decoder, prompts["held out"][:1], [BASELINE.spec("auto"), *specs], temperature)
     report["graphs_s"] = round(time.perf_counter() - start, 1)
-    for temperature, k in SETTINGS:
-        row = paired_row(
-            decoder, prompts, SpeculativeConfig(k), temperature, MAX_NEW_TOKENS, pairs, batch=False
-        )
-        name = setting_name(temperature, k)
-        report["settings"][name] = {
-            "temperature": temperature,
-            "K": k,
-            "speedup": row["speedup"],
-            "pairs": pairs,
-            "tokens_per_s": row["tokens_per_s"],
-            "alpha": row["alpha"],
-            "k_histogram": row["k_histogram"],
-        }
-        print(f"  {name:<12} {format_spread(row['speedup'])}", flush=True)
+    for temperature in temperatures:
+        methods = [Method("draft_model", k) for t, k in SETTINGS if t == temperature]
+        runs, _ = rotate({None: decoder}, [BASELINE, *methods], prompts, temperature, args)
+        base = rotation_stats(runs[BASELINE.label], list(prompts))
+        for m in methods:
+            stats = rotation_stats(runs[m.label], list(prompts))
+            ratios = [s.tokens_per_second / b.tokens_per_second for s, b in zip(stats, base)]
+            total = summed(stats, m.k)
+            name = setting_name(temperature, m.k)
+            report["settings"][name] = {
+                "temperature": temperature,
+                "K": m.k,
+                "speedup": spread(ratios),
+                "pairs": pairs,
+                "tokens_per_s": rate(stats),
+                "alpha": total.alpha,
+                "k_histogram": dict(total.k_histogram),
+            }
+            print(f"  {name:<12} {format_spread(report['settings'][name]['speedup'])}", flush=True)
     report["wall_s"] = round(time.perf_counter() - start, 1)
     return report
 
@@ -178,7 +192,7 @@ def render_markdown(report: dict) -> str:
         f"{(report.get('commit') or 'unknown')[:12]}{dirty}. B = 1, {report['threads']} thread, "
         f"rounds compiled {report['compile_mode']}; {report['max_new_tokens']} new tokens for "
         f"each of {report['prompts']} held-out prompts; each setting is {report['pairs']} "
-        f"interleaved pairs against K = 0. The run took {report['wall_s']:.0f} s, "
+        f"shuffled rotations with K = 0, a speedup each. The run took {report['wall_s']:.0f} s, "
         f"{report['graphs_s']:.0f} s of it loading or building the graphs.\n",
         "| T | K | speedup median (min-max) | pairs | tok/s | alpha |",
         "|---|---|---|---|---|---|",

@@ -3,8 +3,8 @@
     python -m minispec bench-sampler [--out results] [--device cpu] [--repeats 7]   # flags.py
 
 For each size (B, K, V) and draft kind (one-hot, probabilistic, and probabilistic verified
-with method="block") it times, warm, as the median of --repeats calls (the
-contenders take turns, so load from other processes falls on all of them alike):
+with method="block") it times, warm, as the median of --repeats calls taken in turns
+(benchmarks/timing.py), so that load from other processes falls on all of them alike:
 - compiled: sampling.rejection_sample, the default torch.compile(fullgraph=True) path;
 - eager: the same tensor code run without compiling (compiled=False);
 - plain: sampling.reference, the loop that reads like Algorithm 1 (small sizes only);
@@ -18,14 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
-import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 
+from benchmarks.timing import in_turns, machine, timed
 from sampling import reference, rejection_sample
 
 SIZES = [(1, 4, 256), (1, 4, 32000), (64, 4, 32000), (64, 4, 128256)]
@@ -65,16 +62,6 @@ def _inputs(
     )
 
 
-def _timed(fn: Callable[[], object], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 # (one-hot draft, method): block verification with a one-hot draft runs the token-wise rule.
 KINDS = [(True, "standard"), (False, "standard"), (False, "block")]
 
@@ -99,7 +86,7 @@ def measure(
         + (", block" if method == "block" else ""),
         input_mb=sum(t.numel() * t.element_size() for t in tensors) / 2**20,
     )
-    row["compile_s"] = _timed(lambda: rejection_sample(**args), device)
+    row["compile_s"] = timed(lambda: rejection_sample(**args), device)
     contenders = {
         "compiled": lambda: rejection_sample(**args),
         "eager": lambda: rejection_sample(**args, compiled=False),
@@ -110,38 +97,12 @@ def measure(
         contenders["plain"] = lambda: reference.rejection_sample(  # noqa: E731
             **cpu, temperature=1.0, top_k=None, top_p=None
         )
-    # Interleaved, so that a burst of load from other processes (this is often a shared
-    # machine) hits every contender alike instead of one of them.
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for name, fn in contenders.items():
-        _timed(fn, device)  # warm-up
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            times[name].append(_timed(fn, device))
+    medians = in_turns(contenders, repeats, device)
     for name in ("compiled", "eager", "floor", "plain"):
-        row[f"{name}_ms"] = 1e3 * statistics.median(times[name]) if name in times else None
+        row[f"{name}_ms"] = 1e3 * medians[name] if name in medians else None
     row["eager_over_compiled"] = row["eager_ms"] / row["compiled_ms"]
     row["compiled_over_floor"] = row["compiled_ms"] / row["floor_ms"]
     return row
-
-
-def machine(device: torch.device, threads: int | None = None) -> dict:
-    """What a result was measured on: CPU model, cores, torch, Python, threads, the GPU."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = dict(cpu=cpu, cores=os.cpu_count(), torch=torch.__version__, device=str(device))
-    info.update(python=platform.python_version(), threads=threads or torch.get_num_threads())
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    if hasattr(os, "getloadavg"):
-        info["load_average_at_start"] = round(os.getloadavg()[0], 2)
-    return info
 
 
 HEADER = (

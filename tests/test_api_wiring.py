@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -185,20 +184,6 @@ def test_cli_decodes_with_the_folders_tokenizer(
         num_speculative_tokens=2,
     )
     assert out.token_ids[0] == ids and tok.encode(prompt)[:2] == [BOS, 256]
-
-
-def test_bench_peer_section_is_a_note_without_transformers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from types import SimpleNamespace
-
-    from benchmarks.bench import peer_section
-
-    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
-    args = SimpleNamespace(device="cpu", max_new_tokens=2, threads=1, repeats=1)
-    note = peer_section(None, ["x"], {}, args, tmp_path / "peer.md")
-    assert note.startswith("peer rows skipped: transformers is not installed")
-    assert note in (tmp_path / "peer.md").read_text()
 
 
 def test_the_shipped_head_is_read_when_first_asked_for() -> None:

@@ -61,7 +61,8 @@ CASES = [
     (["decode", "--proposer", "tree", "--rejection-sample-method", "block"], "'block'"),
     (["samples", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["samples", "--target", "{folder}/missing.safetensors"], "not found"),
-    (["bench", "--proposers", "draft_model,tree"], "make bench-tree"),
+    (["bench", "--methods", "draft_model:4,oracle:4"], "'oracle:4': write proposer:K"),
+    (["bench", "--methods", "tree:4:x"], "--methods"),
     # The feature head, from the headers (issue 66): {heads} holds hand-made bad head files.
     (["decode", "--head", "{heads}/garbage.safetensors"], "not a safetensors file"),
     (["decode", "--head", "checkpoints/target.safetensors"], "not a feature head (format"),

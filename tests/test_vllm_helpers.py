@@ -334,7 +334,7 @@ def test_measure_rotates_every_setting_and_sends_vllm_no_seed(monkeypatch, tmp_p
     decoders = {t: SpeculativeDecoder(target, target, compile=False) for t in (1, 2)}
     warmed = []
     monkeypatch.setattr(
-        bench_vllm.bench_proposers,
+        bench_vllm,
         "warm_up",
         lambda d, prompts, specs, t: warmed.append((d, torch.get_num_threads(), len(specs))),
     )

@@ -1,0 +1,194 @@
+"""`make bench` (`python -m benchmarks`): every method against one K = 0 baseline, by category.
+
+1. Steps (steps.py): each model's forward timed alone, for c and against its memory floor.
+2. Rotations, at each temperature: every method of methods.py once over every prompt of every
+   category (prompts.py), in an order shuffled anew each rotation (seeded), after an untimed
+   warm-up that builds or loads every graph. B = 1 decodes each prompt as its own request;
+   --batch-size B decodes each category's prompts (cycled to fill) B rows at a time.
+3. Correctness, from the same runs: at T = 0 each method's tokens against K = 0's, prompt by
+   prompt; at T > 0 the target's mean log-likelihood per token of each method's samples from
+   the first rotation, against K = 0's (Welch's z, as `make vllm-check` compares engines).
+4. OUT.json holds the raw counts, from which summary.py and tables.py compute every figure;
+   OUT.md the tables. Both are written after each temperature, and with the default --out the
+   README's results block too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import bench_vllm, tables
+from benchmarks.decoding import decode, warm_up
+from benchmarks.flags import COMPILE_MODES, DEFAULT_OUT
+from benchmarks.methods import BASELINE, DRAFTS, ONE_PASS, Method, unavailable
+from benchmarks.prompts import categories
+from benchmarks.steps import measure as measure_steps
+from benchmarks.summary import record
+from benchmarks.timing import machine
+from benchmarks.vllm_check import sample_nll, sampling_verdict
+from minispec.api import load_decoder
+from minispec.decode import SpeculativeDecoder
+from model import tokenizer
+
+
+def rotate(decoders, methods, prompts: dict[str, list], temperature: float, args) -> tuple:
+    """Every method once over every category per rotation, shuffled: (runs, ids), each
+    {label: [ {category: ...} per rotation ]}: the stats' records, the new tokens."""
+    spec_of = {m: m.spec(args.draft_sample_method) for m in methods}
+    first = next(iter(prompts.values()))[: args.batch_size]  # one call's shape
+    for m in methods:
+        warm_up(decoders[DRAFTS.get(m.proposer)], first, [spec_of[m]], temperature)
+    order = random.Random(f"{args.seed} {temperature}")
+    runs = {m.label: [] for m in methods}
+    ids = {m.label: [] for m in methods}
+    for r in range(args.rotations):
+        start = time.perf_counter()
+        for m in order.sample(methods, len(methods)):
+            decoder, runs_r, ids_r = decoders[DRAFTS.get(m.proposer)], {}, {}
+            for category, ps in prompts.items():
+                stats, ids_r[category] = decode(
+                    decoder,
+                    spec_of[m],
+                    ps,
+                    temperature,
+                    args.max_new_tokens,
+                    1000 * r,
+                    args.batch_size,
+                )
+                runs_r[category] = record(stats)
+            runs[m.label].append(runs_r)
+            ids[m.label].append(ids_r)
+        seconds = time.perf_counter() - start
+        print(f"  T = {temperature:g}, rotation {r + 1}: {seconds:.0f} s", flush=True)
+    return runs, ids
+
+
+def same_text(ids: list[dict], base: list[dict]) -> dict:
+    """T = 0: how many prompts, over every rotation, decode to K = 0's tokens; the first that
+    does not, as "category prompt i, token j"."""
+    equal, of, first = 0, 0, None
+    for mine, theirs in zip(ids, base):
+        for category, rows in mine.items():
+            for i, (x, y) in enumerate(zip(rows, theirs[category])):
+                of += 1
+                equal += x == y
+                if x != y and first is None:
+                    at = next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
+                    first = f"{category} prompt {i}, token {min(at, len(y))}"
+    return {"equal": equal, "of": of, "first_difference": first}
+
+
+def log_likelihoods(target, prompts: dict[str, list], ids: dict) -> dict[str, list[float]]:
+    """T > 0: per method, each first-rotation sample's mean negative log-likelihood under the
+    target (nats per token)."""
+    flat = [p for ps in prompts.values() for p in ps]
+    return {
+        label: sample_nll(target, flat, [s for c in prompts for s in runs[0][c]])
+        for label, runs in ids.items()
+    }
+
+
+def correctness(decoder, prompts, temperature, ids) -> dict:
+    base = ids[BASELINE.label]
+    if temperature == 0:
+        return {label: same_text(mine, base) for label, mine in ids.items()}
+    nll = log_likelihoods(decoder.target, prompts, ids)
+    checks = {}
+    for label, values in nll.items():
+        checks[label] = {"log_likelihood": -statistics.fmean(values)}
+        if label != BASELINE.label:
+            checks[label] |= sampling_verdict(values, nll[BASELINE.label])
+    return checks
+
+
+def decoders_for(methods: list[Method], args) -> tuple[dict, list[Method], dict[str, str]]:
+    """The decoder of each draft the methods use (None: the shipped draft), the methods that
+    can run, and why the others cannot."""
+    compile = COMPILE_MODES[args.compile_mode]
+    main = load_decoder(device=args.device, compile=compile)
+    has_head = main.feature_head() is not None
+    skipped = {m.label: why for m in methods if (why := unavailable(m, has_head))}
+    runnable = [m for m in methods if m.label not in skipped]
+    decoders = {None: main}
+    for m in runnable:
+        if (draft := DRAFTS.get(m.proposer)) and draft not in decoders:
+            decoders[draft] = load_decoder(draft=draft, device=args.device, compile=compile)
+    if any(m.proposer == "suffix" for m in runnable):
+        from minispec.commands.build_index import cached_index
+
+        main.suffix_index = cached_index()  # built on first use, over the training corpus
+    return decoders, runnable, skipped
+
+
+def steps(decoder: SpeculativeDecoder, methods: list[Method]) -> dict:
+    ks = {m.k for m in methods if isinstance(m.k, int) and m.k}
+    passes = {m.k for m in methods if m.proposer in ONE_PASS and isinstance(m.k, int)}
+    return measure_steps(decoder, {k + 1 for k in ks}, passes, repeats=21)
+
+
+def write(report: dict, out: Path) -> None:
+    """OUT.json and OUT.md, and with the default --out the README's block; the tables read the
+    record back from JSON, as a test of the README does."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    saved = json.loads(out.with_suffix(".json").read_text())
+    out.with_suffix(".md").write_text(tables.render(saved))
+    if out == Path(DEFAULT_OUT) and saved["settings"]["batch_size"] == 1:
+        readme = Path("README.md")
+        text = readme.read_text()
+        start, end = text.index(tables.README_BEGIN), text.index(tables.README_END)
+        end += len(tables.README_END)
+        readme.write_text(text[:start] + tables.readme_block(saved) + text[end:])
+
+
+def filled(prompts: list, batch_size: int) -> list:
+    """The prompts cycled to fill whole batches (as they are at B = 1)."""
+    rows = -(-len(prompts) // batch_size) * batch_size
+    return [prompts[i % len(prompts)] for i in range(rows)]
+
+
+SETTINGS = ("batch_size", "max_new_tokens", "rotations", "threads", "compile_mode", "seed")
+SETTINGS += ("draft_sample_method",)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The harness (args: benchmarks.flags.parse_bench's)."""
+    start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    decoders, methods, skipped = decoders_for(args.methods, args)
+    texts = {c: ps for c, ps in categories(args.prompts).items() if c in args.categories}
+    if args.vllm:
+        path = Path(args.out).parent / "vllm" / "bench.md"
+        bench_vllm.vllm_section(decoders[None], texts["stdlib"], args, path)
+        return 0
+    prompts = {
+        c: filled([tokenizer.encode(t) for t in ps], args.batch_size)
+        for c, ps in texts.items()
+        if ps
+    }
+    report = {
+        "command": args.command,
+        "machine": machine(torch.device(args.device), args.threads),
+        "settings": {name: getattr(args, name) for name in SETTINGS},
+        "prompts": texts,
+        "skipped": skipped,
+        "temperatures": {},
+    }
+    print("steps", flush=True)
+    report["steps"] = steps(decoders[None], methods)
+    for temperature in args.temperatures:
+        print(f"T = {temperature:g}: {', '.join(m.label for m in methods)}", flush=True)
+        runs, ids = rotate(decoders, methods, prompts, temperature, args)
+        checks = correctness(decoders[None], prompts, temperature, ids)
+        report["temperatures"][f"{temperature:g}"] = {"runs": runs, "correctness": checks}
+        report["wall_s"] = time.perf_counter() - start
+        write(report, Path(args.out))
+        print(f"wrote {args.out}.md and {args.out}.json", flush=True)
+    return 0
