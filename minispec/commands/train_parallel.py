@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(args)
         return train(args, "python -m minispec train-parallel " + " ".join(argv or sys.argv[1:]))
-    except (ValueError, CheckpointError) as exc:
+    except (ValueError, CheckpointError, OSError) as exc:  # OSError: a full disk, a bad path
         return fail(f"minispec train-parallel: {exc}")
 
 
@@ -196,7 +196,7 @@ def train(args: argparse.Namespace, command: str) -> int:
     opt = optimizer_for(draft, args.lr)
     step = 0
     if args.resume and state_path.is_file():
-        tensors, meta = read_checkpoint(state_path)
+        resumed, meta = load_checkpoint(state_path)
         for name, value in settings.items():
             if meta.get(name) != value:
                 raise ValueError(
@@ -204,10 +204,8 @@ def train(args: argparse.Namespace, command: str) -> int:
                     "use another --state-dir or drop --resume"
                 )
         step = int(meta["step"])
-        draft.load_state_dict(
-            {k: v for k, v in tensors.items() if not k.startswith("optim.")}, strict=False
-        )
-        restore_optimizer(draft, opt, tensors, step)
+        draft.load_state_dict(resumed.state_dict())
+        restore_optimizer(draft, opt, read_checkpoint(state_path)[0], step)
         print(f"resumed at step {step} ({state_path})", flush=True)
     held = corpus.held_out.long()
     n_eval = min(16, (held.numel() - 1) // args.window)
