@@ -20,6 +20,7 @@ The picks are deterministic: sorted files, spread evenly, round robin over the p
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -32,6 +33,7 @@ EDIT_MAX = 240  # characters of an edit's function, so that the prompt stays und
 NON_ASCII = Path(__file__).with_name("non_ascii.txt")
 
 
+@functools.cache
 def package_files(names: tuple[str, ...] = PACKAGES) -> list[list[Path]]:
     """Per installed package, its .py sources of at least 4 KB, tests left out, sorted."""
     found = []

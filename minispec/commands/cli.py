@@ -4,7 +4,7 @@
     train         train the target, then the distilled draft (make train)
     train-head    train the feature head on the target's cached states (make train-head)
     train-parallel  fine-tune the draft to draft K tokens in one forward (make train-parallel)
-    bench         end-to-end, batch, sampler and start-up benchmarks (make bench)
+    bench         every method against one K = 0 baseline, by prompt category (make bench)
     bench-sampler the rejection sampler against eager, plain and the read floor
     copy-score    how well a target copies its context (the lookup proposers' ceiling)
     verify        the paper's worked example through the compiled sampler (make verify)
