@@ -30,13 +30,14 @@ def make_corpus(folder: Path, text: str = CORPUS) -> Path:
     return folder
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> tuple[Path, list[str]]:
-    """A tiny target checkpoint, a corpus, and the flags of a short run on them."""
+def prepare(tmp_path: Path) -> list[str]:
+    """A tiny target checkpoint and a corpus in `tmp_path`, and the flags of a short run on
+    them."""
     corpus = make_corpus(tmp_path / "corpus")
     torch.manual_seed(0)
     save_checkpoint(tmp_path / "target.safetensors", GPT(PRESETS["tiny"]["target"]))
-    args = [
+    (tmp_path / "out").mkdir()
+    return [
         "--target", str(tmp_path / "target.safetensors"),
         "--corpus-root", str(corpus),
         "--state-dir", str(tmp_path / "state"),
@@ -45,8 +46,11 @@ def setup(tmp_path: Path) -> tuple[Path, list[str]]:
         "--width", "32", "--heads", "2", "--mlp-hidden", "64", "--eval-every", "2",
         "--threads", "1",
     ]  # fmt: skip
-    (tmp_path / "out").mkdir()
-    return tmp_path, args
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, list[str]]:
+    return tmp_path, prepare(tmp_path)
 
 
 def train_head(argv: list[str]) -> int:

@@ -73,14 +73,17 @@ def digest(data: bytes) -> str:
 
 @dataclass
 class States:
-    """The states of `settings` in `folder`, shaped [windows, window, width]; `digests`: one per
-    chunk written so far, in order."""
+    """The states of `settings` in `folder`, shaped [windows, window, width]. Checked in two
+    steps, so that the corpus is read only once every cheaper check has passed: `check` (the
+    record's other settings, the file's size, room for a new file), then `check_corpus`.
+    `digests`: one per chunk written so far, in order."""
 
     folder: Path
     settings: dict
-    corpus_root: str
     shape: tuple[int, int, int]
+    corpus_root: str = ""
     digests: list[str] = field(default_factory=list)
+    recorded: dict | None = None  # the settings states.json holds, once read
 
     @property
     def path(self) -> Path:
@@ -107,60 +110,76 @@ class States:
         first = index * CHUNK
         return first * row, (min(first + CHUNK, n) - first) * row
 
-    def fix(self) -> str:
-        return (
-            f"use a fresh --state-dir, or remove {self.path} and {self.record_path} to compute "
-            f"the states again"
+    def refusal(self, problem: str) -> ValueError:
+        return ValueError(
+            f"{problem}: use a fresh --state-dir, or remove {self.path} and {self.record_path} "
+            f"to compute the states again"
         )
 
     def check(self) -> None:
-        """ValueError unless the states already in the folder are these settings', whole as
-        recorded; then `digests` holds the chunks they have, and the disk has room for the rest."""
+        """ValueError unless the states already in the folder were made with these settings
+        and have their recorded size; without any, unless the disk has room for them."""
         if self.record_path.exists():
-            self.check_record()
+            self.read_record()
         elif self.path.exists():
-            raise ValueError(
+            raise self.refusal(
                 f"{self.path} has no {RECORD} to say what made it (an earlier minispec's, or "
-                f"not train-head's): {self.fix()}"
+                f"not train-head's)"
             )
         if self.digests:
-            self.check_bytes()
+            self.check_size()
         else:  # nothing to keep: allocate starts the file afresh
             self.check_room()
 
-    def check_record(self) -> None:
+    def read_record(self) -> None:
         with naming(self.record_path):
-            text = self.record_path.read_text()
+            data = self.record_path.read_bytes()
         try:
-            record = json.loads(text)
+            record = json.loads(data)
             settings, size, digests = record["settings"], record["bytes"], record["digests"]
         except (ValueError, TypeError, KeyError, RecursionError):
-            problem = f"{self.record_path} is not train-head's record of the states"
-            raise ValueError(f"{problem}: {self.fix()}") from None
-        made = f"the states in {self.folder} were made with"
-        if problem := difference(settings, self.settings, made):
-            raise ValueError(f"{problem}: {self.fix()}")
+            settings = None  # not JSON, or not an object with these keys
+        if not isinstance(settings, dict):
+            raise self.refusal(f"{self.record_path} is not train-head's record")
+        if problem := difference(settings, self.settings, self.made):
+            raise self.refusal(problem)
         chunks = -(-self.shape[0] // CHUNK)
         if size != self.size or not isinstance(digests, list) or len(digests) > chunks:
-            raise ValueError(f"{self.record_path} does not describe these states: {self.fix()}")
-        self.digests = digests
+            raise self.refusal(f"{self.record_path} does not describe these states")
+        self.recorded, self.digests = settings, digests
 
-    def check_bytes(self) -> None:
-        """The file has its recorded size, and each written chunk its recorded digest."""
+    @property
+    def made(self) -> str:
+        return f"the states in {self.folder} were made with"
+
+    def check_size(self) -> None:
         found = self.path.stat().st_size if self.path.exists() else 0
         if found != self.size:
-            raise ValueError(
+            raise self.refusal(
                 f"{self.path} is {found:,} bytes, but {RECORD} records {self.size:,} (cut short, "
-                f"or replaced): {self.fix()}"
+                f"or replaced)"
             )
+
+    def check_corpus(self, root: Path, fingerprint: str) -> None:
+        """Add the corpus to the settings. ValueError unless the states were made on it and each
+        written chunk still has its recorded digest (a file zero-filled or changed)."""
+        self.corpus_root = str(root)
+        corpus = {"corpus_fingerprint": fingerprint}
+        if self.recorded and (problem := difference(self.recorded, corpus, self.made)):
+            raise self.refusal(problem)
+        self.settings.update(corpus)
+        if self.digests:
+            self.check_digests()
+
+    def check_digests(self) -> None:
         with naming(self.path), open(self.path, "rb") as f:
             for index, expected in enumerate(self.digests):
                 offset, count = self.chunk_span(index)
                 if digest(os.pread(f.fileno(), count, offset)) != expected:
                     first = index * CHUNK
-                    raise ValueError(
+                    raise self.refusal(
                         f"{self.path}: windows {first}-{first + CHUNK - 1} are not the bytes "
-                        f"{RECORD} records (the file was changed or damaged): {self.fix()}"
+                        f"{RECORD} records (the file was changed or damaged)"
                     )
 
     def check_room(self) -> None:

@@ -99,7 +99,8 @@ def resume(path: Path, head: FeatureHead, opt: torch.optim.Optimizer, settings: 
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
         raise ValueError(f"{path} records no settings (an earlier minispec's): {fix}")
     if problem := difference(saved["settings"], settings, f"{path} was trained with"):
-        raise ValueError(f"{problem}: pass that to continue it, use a fresh --state-dir, or {fix}")
+        keep = "continue it with the value it was trained with"
+        raise ValueError(f"{problem}: {keep}, use a fresh --state-dir, or {fix}")
     try:
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
@@ -112,7 +113,8 @@ def resume(path: Path, head: FeatureHead, opt: torch.optim.Optimizer, settings: 
 
 
 def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """An error's first sentence (torch's go on for several), or its type's name."""
+    return str(exc).strip().split("\n")[0].split(". ")[0] or type(exc).__name__
 
 
 def save_training_state(
@@ -137,12 +139,8 @@ def learning_rate(args: argparse.Namespace, step: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
 
 
-def run(args: argparse.Namespace, target_path: Path, states: States, argv: list[str] | None) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    corpus = load_corpus(Path(states.corpus_root))
-    target, target_meta = load_checkpoint(target_path)
-    target.requires_grad_(False)
+def new_head(args: argparse.Namespace, target: GPT) -> FeatureHead:
+    """A head of the flags' shape for `target`, initialised from --seed."""
     torch.manual_seed(args.seed)
     config = HeadConfig(
         target_width=target.config.d_model,
@@ -152,7 +150,55 @@ def run(args: argparse.Namespace, target_path: Path, states: States, argv: list[
         max_seq_len=target.config.max_seq_len,
         norm_eps=target.config.norm_eps,
     )
-    head = FeatureHead(config, target.config.vocab_size)
+    return FeatureHead(config, target.config.vocab_size)
+
+
+def held_out(held: torch.Tensor, target: GPT, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to 16 windows of the held-out files, and the target's states over them."""
+    n = min(16, max(1, (len(held) - 1) // window))
+    tokens = held[: n * window].long().view(n, window)
+    with torch.no_grad():
+        return tokens, target.hidden(tokens)
+
+
+def evaluate(head: FeatureHead, target: GPT, held: tuple, depth: int) -> list[float]:
+    """The held-out alpha per drafting depth."""
+    tokens, states = held
+    head.eval()
+    with torch.no_grad():
+        _, alphas = head_loss(head, target, states, tokens, depth)
+    head.train()
+    return [round(a, 4) for a in alphas.tolist()]
+
+
+def train_step(
+    args: argparse.Namespace,
+    target: GPT,
+    head: FeatureHead,
+    opt: torch.optim.Optimizer,
+    step: int,
+    batch: tuple[torch.Tensor, torch.Tensor],
+) -> dict:
+    """One optimizer step on `batch` (states, tokens); its log record."""
+    lr = learning_rate(args, step)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss, alphas = head_loss(head, target, *batch, args.depth)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+    opt.step()
+    alphas = [round(a, 4) for a in alphas.tolist()]
+    return {"step": step + 1, "loss": round(loss.item(), 4), "lr": lr, "train_alpha": alphas}
+
+
+def run(args: argparse.Namespace, target_path: Path, states: States, argv: list[str] | None) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    corpus = load_corpus(Path(states.corpus_root))
+    target, target_meta = load_checkpoint(target_path)
+    target.requires_grad_(False)
+    head = new_head(args, target)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     settings = training_settings(args, states)
     saved = states.folder / TRAINING_STATE
@@ -162,62 +208,31 @@ def run(args: argparse.Namespace, target_path: Path, states: States, argv: list[
     g = torch.Generator().manual_seed(args.seed)
     starts = torch.randint(0, len(corpus.train) - args.window, (args.windows,), generator=g)
     cache_states(target, corpus.train, starts, states)
-
-    held = corpus.held_out.long()
-    n_eval = min(16, max(1, (len(held) - 1) // args.window))
-    eval_tokens = held[: n_eval * args.window].view(n_eval, args.window)
-    with torch.no_grad():
-        eval_states = target.hidden(eval_tokens)
-
-    def evaluate() -> list[float]:
-        head.eval()
-        with torch.no_grad():
-            _, alphas = head_loss(head, target, eval_states, eval_tokens, args.depth)
-        head.train()
-        return [round(a, 4) for a in alphas.tolist()]
-
+    held = held_out(corpus.held_out, target, args.window)
     begin = time.time()
     while step < args.steps:
-        lr = learning_rate(args, step)
-        for group in opt.param_groups:
-            group["lr"] = lr
         g = torch.Generator().manual_seed(args.seed * 100003 + step)
         rows = torch.randint(0, args.windows, (args.batch_size,), generator=g).sort().values
-        tokens = window_tokens(corpus.train, starts[rows], args.window)
-        loss, alphas = head_loss(head, target, batch_states(states, rows), tokens, args.depth)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        step += 1
-        record = {
-            "step": step,
-            "loss": round(loss.item(), 4),
-            "lr": lr,
-            "train_alpha": [round(a, 4) for a in alphas.tolist()],
-            "elapsed": round(time.time() - begin, 1),
-        }
+        batch = batch_states(states, rows), window_tokens(corpus.train, starts[rows], args.window)
+        record = train_step(args, target, head, opt, step, batch)
+        step, record["elapsed"] = step + 1, round(time.time() - begin, 1)
         if step % args.eval_every == 0 or step == args.steps:
-            record["held_out_alpha"] = evaluate()
+            record["held_out_alpha"] = evaluate(head, target, held, args.depth)
             save_training_state(saved, head, opt, step, settings)
         append_log(states.folder / LOG, record)
         if step % 10 == 0:
             print(json.dumps(record), flush=True)
-    final = evaluate()
-    command = "python -m minispec train-head " + " ".join(argv or sys.argv[1:])
+    final = evaluate(head, target, held, args.depth)
     out = Path(args.out)
     list_written(out.parent, [out.name])
-    save_head(
-        out,
-        head,
-        {
-            "role": "head",
-            "command": command,
-            "target_sha256": target_meta["sha256"],
-            "corpus_fingerprint": corpus.fingerprint,
-            "held_out_alpha": json.dumps(final),
-            "steps": str(step),
-        },
-    )
+    metadata = {
+        "role": "head",
+        "command": "python -m minispec train-head " + " ".join(argv or sys.argv[1:]),
+        "target_sha256": target_meta["sha256"],
+        "corpus_fingerprint": corpus.fingerprint,
+        "held_out_alpha": json.dumps(final),
+        "steps": str(step),
+    }
+    save_head(out, head, metadata)
     print(f"saved {out}: held-out alpha per depth {final}", flush=True)
     return 0

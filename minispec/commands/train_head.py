@@ -161,21 +161,21 @@ def check_corpus(args: argparse.Namespace) -> Path:
 
 
 def check(args: argparse.Namespace) -> tuple[Target, States]:
-    """Every check that needs no torch, cheapest first; ValueError naming the flag."""
+    """Every check that needs no torch, cheapest first (the corpus is read last); ValueError
+    naming the flag."""
     target = read_target(Path(args.target or SHIPPED_TARGET))
     check_shapes(args, target)
     check_out(args, target)
-    root = check_corpus(args)
     settings = {
         "target_sha256": target.sha256,
-        "corpus_fingerprint": fingerprint(documents(root)),
         "seed": args.seed,
         "window": args.window,
         "windows": args.windows,
     }
-    shape = (args.windows, args.window, target.width)
-    states = States(Path(args.state_dir), settings, str(root), shape)
+    states = States(Path(args.state_dir), settings, (args.windows, args.window, target.width))
     states.check()
+    root = check_corpus(args)
+    states.check_corpus(root, fingerprint(documents(root)))
     return target, states
 
 
