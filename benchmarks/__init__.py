@@ -2,6 +2,7 @@
 
 They live beside the library, not in it: nothing in minispec/, model/ or sampling/ imports them,
 and they are not installed with the package. Run them from the repository root (`make bench`,
-`python -m benchmarks`, `make vllm-check`); they write into results/. The one-off studies behind
-docs/vllm.md and docs/algorithm.md are in experiments/.
+`python -m benchmarks`, `make bench-guard`, `make vllm-check`, `make gpu-check`); they write
+into results/. harness.py is the one benchmark of decoding speed; the guard, the GPU check and
+the vLLM part time through its decoding.py, steps.py and timing.py.
 """

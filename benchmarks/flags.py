@@ -54,7 +54,7 @@ def bench_parser() -> OneLineParser:
     parser.add_argument("--temperatures", type=comma_list(real(0)), default="0,1")
     parser.add_argument("--categories", type=choice_list(CATEGORIES), default=",".join(CATEGORIES))
     parser.add_argument("--prompts", type=integer(1), default=8, help="prompts per category")
-    parser.add_argument("--max-new-tokens", type=integer(1, 128), default=64)
+    parser.add_argument("--max-new-tokens", type=integer(1, 128), default=48)
     parser.add_argument("--rotations", type=integer(1), default=5)
     parser.add_argument(
         "--batch-size", type=integer(1), default=1, help="rows a call (B > 1: prompts cycled)"

@@ -33,7 +33,7 @@ from benchmarks.steps import measure as measure_steps
 from benchmarks.summary import record
 from benchmarks.timing import machine
 from benchmarks.vllm_check import sample_nll, sampling_verdict
-from minispec.api import load_decoder
+from minispec.api import CHECKPOINTS, load_decoder
 from minispec.decode import SpeculativeDecoder
 from model import tokenizer
 
@@ -109,8 +109,8 @@ def correctness(decoder, prompts, temperature, ids) -> dict:
 
 
 def decoders_for(methods: list[Method], args) -> tuple[dict, list[Method], dict[str, str]]:
-    """The decoder of each draft the methods use (None: the shipped draft), the methods that
-    can run, and why the others cannot."""
+    """The decoder of each draft the methods use (by its file in checkpoints/; None: the
+    shipped draft), the methods that can run, and why the others cannot."""
     compile = COMPILE_MODES[args.compile_mode]
     main = load_decoder(device=args.device, compile=compile)
     has_head = main.feature_head() is not None
@@ -119,7 +119,8 @@ def decoders_for(methods: list[Method], args) -> tuple[dict, list[Method], dict[
     decoders = {None: main}
     for m in runnable:
         if (draft := DRAFTS.get(m.proposer)) and draft not in decoders:
-            decoders[draft] = load_decoder(draft=draft, device=args.device, compile=compile)
+            path = CHECKPOINTS / draft
+            decoders[draft] = load_decoder(draft=path, device=args.device, compile=compile)
     if any(m.proposer == "suffix" for m in runnable):
         from minispec.commands.build_index import cached_index
 

@@ -52,9 +52,10 @@ METHODS = (
     Method("parallel", 4),
     Method("parallel", 8),
     Method("parallel", "auto"),
+    Method("parallel_tree", 4, (2,)),
 )
 # The draft, in checkpoints/, that a proposer drafts with when it is not the shipped one.
-DRAFTS = {"parallel": "parallel.safetensors"}
+DRAFTS = {"parallel": "parallel.safetensors", "parallel_tree": "parallel.safetensors"}
 # Theorem 3.8 prices a round's drafting as K steps of a model of cost c each (in target
 # steps). The parallel drafter takes one pass over K positions instead: its c is that pass.
 SEQUENTIAL = {"draft_model": "draft", "feature_head": "head"}

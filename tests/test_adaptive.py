@@ -32,7 +32,7 @@ WIDTHS = (0, 2, 4, 8)
 # as the shipped pair's does, at T = 1 and (higher) at T = 0.
 ACCEPTANCE = (0.75, 0.72, 0.6, 0.6, 0.55, 0.55, 0.5, 0.5)
 ACCEPTANCE_T0 = (0.85, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.4)
-# Round times per width in units of a K = 0 round at the prompt's end, close to results/batch.md
+# Round times per width in units of a K = 0 round at the prompt's end, close to those measured
 # (this CPU, draft model): at B = 1 a verify of K + 1 tokens costs little more than one, and
 # K = 4 is best at T = 0; at B = 16 and 64 it costs about K + 1 times one, and every K > 0
 # loses to K = 0, at B = 64 narrowly (K = 2: 0.92x), where rows' acceptance also differs.
@@ -206,7 +206,7 @@ def simulate(
     times say, give or take 5 %, longer as the context grows (GROWTH), 30 % slower on the first
     round after a change of width (the bias a timing must not take for the width's), the
     machine's speed drifting by 5 % either way over 300 rounds, each call at a pace of its own,
-    up to 15 % either way (results/auto.md: up to 20 % from call to call), and 3 % of rounds
+    up to 15 % either way (a shared VM: up to 20 % from call to call), and 3 % of rounds
     20-60 % slow. Each row's acceptance is moved by an offset drawn per call (tau: rows differ
     beyond chance). fixed: a fixed K, else auto."""
     times, rows, acceptance, tau = SCENARIOS[scenario]

@@ -108,7 +108,7 @@ class RowSpread:
 @dataclass(slots=True)
 class RoundTimes:
     """Each width's round time, as a time relative to the other widths' and the machine's pace
-    now. The machine's pace moves by up to 20 % from one call to the next (results/auto.md), so
+    now. The machine's pace moves by up to 20 % from one call to the next on a shared VM, so
     times a width took in one spell and another width took in another do not compare. A width's
     relative time is read off pairs: its first steady rounds after a change (up to RUN) against
     the last rounds of the width before it, in the same call, where what the pace and the
