@@ -121,7 +121,7 @@ def row(report: dict, temperature: str, label: str, categories: list[str]) -> di
 
 
 def rows(report: dict, temperature: str, categories: list[str] | None = None) -> list[dict]:
-    """Every method's row at `temperature`, over `categories` (default: all)."""
-    categories = categories or list(report["prompts"])
+    """Every method's row at `temperature`, over `categories` (default: every one run)."""
     runs = report["temperatures"][temperature]["runs"]
+    categories = categories or list(runs[BASELINE.label][0])
     return [row(report, temperature, label, categories) for label in runs]
