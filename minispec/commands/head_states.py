@@ -67,6 +67,11 @@ def shown(key: str, value: object) -> str:
     return str(value)
 
 
+def in_words(size: int) -> str:
+    """A byte count for a message, in GB or, below 0.1 GB, in MB."""
+    return f"{size / 1e9:,.1f} GB" if size >= 10**8 else f"{size / 1e6:,.1f} MB"
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -176,10 +181,10 @@ class States:
             for index, expected in enumerate(self.digests):
                 offset, count = self.chunk_span(index)
                 if digest(os.pread(f.fileno(), count, offset)) != expected:
-                    first = index * CHUNK
+                    first, last = index * CHUNK, min((index + 1) * CHUNK, self.shape[0]) - 1
                     raise self.refusal(
-                        f"{self.path}: windows {first}-{first + CHUNK - 1} are not the bytes "
-                        f"{RECORD} records (the file was changed or damaged)"
+                        f"{self.path}: windows {first}-{last} are not the bytes {RECORD} "
+                        f"records (the file was changed or damaged)"
                     )
 
     def check_room(self) -> None:
@@ -190,9 +195,9 @@ class States:
         needed, free = self.size - allocated, shutil.disk_usage(folder).free
         if needed > free:
             raise ValueError(
-                f"--windows {self.shape[0]:,} of --window {self.shape[1]} need {needed / 1e9:,.1f} "
-                f"GB for the target's states in {self.folder}, which has {free / 1e9:,.1f} GB "
-                f"free: fewer --windows, or a --state-dir with room"
+                f"--windows {self.shape[0]:,} of --window {self.shape[1]} need {in_words(needed)} "
+                f"for the target's states in {self.folder}, which has {in_words(free)} free: "
+                f"fewer --windows, or a --state-dir with room"
             )
 
     def record(self) -> None:

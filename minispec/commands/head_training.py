@@ -86,30 +86,39 @@ def training_settings(args: argparse.Namespace, states: States) -> dict:
     return {**states.settings, **{name: getattr(args, name) for name in head}}
 
 
-def resume(path: Path, head: FeatureHead, opt: torch.optim.Optimizer, settings: dict) -> int:
-    """The step train.pt saved, with the head and optimizer restored from it (0 without one).
-    ValueError for a file that does not load, or that was trained with other settings."""
+def read_training_state(path: Path, settings: dict) -> dict | None:
+    """What train.pt holds (None without one), read before any work. ValueError for a file that
+    does not load, or that was trained with other settings."""
     if not path.exists():
-        return 0
-    fix = f"remove {path} to train afresh on the cached states"
+        return None
     try:
         saved = torch.load(path, weights_only=True)
     except Exception as exc:  # a damaged file fails in torch.load in many ways, none a bug
-        raise ValueError(f"{path} does not load ({first_line(exc)}): {fix}") from None
+        raise ValueError(f"{path} does not load ({first_line(exc)}): {afresh(path)}") from None
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
-        raise ValueError(f"{path} records no settings (an earlier minispec's): {fix}")
+        raise ValueError(f"{path} records no settings (an earlier minispec's): {afresh(path)}")
     if problem := difference(saved["settings"], settings, f"{path} was trained with"):
         keep = "continue it with the value it was trained with"
-        raise ValueError(f"{problem}: {keep}, use a fresh --state-dir, or {fix}")
+        raise ValueError(f"{problem}: {keep}, use a fresh --state-dir, or {afresh(path)}")
+    return saved
+
+
+def restore(path: Path, saved: dict, head: FeatureHead, opt: torch.optim.Optimizer) -> int:
+    """The step `saved` (read from `path`) reached, with the head and optimizer restored."""
     try:
         head.load_state_dict(saved["head"])
         opt.load_state_dict(saved["opt"])
         step = saved["step"]
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise ValueError(f"{path} is not a training state ({first_line(exc)}): {fix}") from None
-    if not isinstance(step, int) or not 0 <= step <= settings["steps"]:
-        raise ValueError(f"{path} records step {step!r}, not one of --steps: {fix}")
+        problem = f"{path} is not a training state ({first_line(exc)})"
+        raise ValueError(f"{problem}: {afresh(path)}") from None
+    if not isinstance(step, int) or not 0 <= step <= saved["settings"]["steps"]:
+        raise ValueError(f"{path} records step {step!r}, not one of --steps: {afresh(path)}")
     return step
+
+
+def afresh(path: Path) -> str:
+    return f"remove {path} to train afresh on the cached states"
 
 
 def first_line(exc: BaseException) -> str:
@@ -193,6 +202,8 @@ def train_step(
 
 
 def run(args: argparse.Namespace, target_path: Path, states: States, argv: list[str] | None) -> int:
+    settings, saved = training_settings(args, states), states.folder / TRAINING_STATE
+    resumed = read_training_state(saved, settings)
     if args.threads:
         torch.set_num_threads(args.threads)
     corpus = load_corpus(Path(states.corpus_root))
@@ -200,9 +211,8 @@ def run(args: argparse.Namespace, target_path: Path, states: States, argv: list[
     target.requires_grad_(False)
     head = new_head(args, target)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    settings = training_settings(args, states)
-    saved = states.folder / TRAINING_STATE
-    if step := resume(saved, head, opt, settings):  # before the states: a refusal costs nothing
+    step = restore(saved, resumed, head, opt) if resumed else 0
+    if step:
         print(f"resumed at step {step}", flush=True)
 
     g = torch.Generator().manual_seed(args.seed)

@@ -107,7 +107,7 @@ def read_target(path: Path) -> Target:
         )
     try:
         config = json.loads(meta["config"])
-        return Target(path, str(meta["sha256"]), int(config["d_model"]), config["max_seq_len"])
+        return Target(path, str(meta["sha256"]), int(config["d_model"]), int(config["max_seq_len"]))
     except (KeyError, TypeError, ValueError, RecursionError):
         raise CheckpointError(f"{path}: incomplete or unreadable metadata") from None
 
