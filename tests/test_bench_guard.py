@@ -1,7 +1,10 @@
-"""The speed guard's rule and its reference (benchmarks/guard.py), on hand-made guard.json
-dicts: no decoding."""
+"""The speed guard (benchmarks/guard.py): its rule and its reference on hand-made guard.json
+dicts, and its measurement through the harness's rotations on a tiny eager pair."""
 
 from __future__ import annotations
+
+import pytest
+from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401 (one_thread: a fixture)
 
 
 def guard_run(speedups: dict[str, tuple[float, float, float]]) -> dict:
@@ -86,3 +89,26 @@ def test_the_guard_keeps_its_reference_unless_told(tmp_path, monkeypatch) -> Non
     assert kept_min() == 2.2
     assert guard.main(["--reference", str(path), "--update"]) == 0
     assert kept_min() == 1.5
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_guard_measures_through_the_harness_rotations(monkeypatch) -> None:
+    """measure() on a tiny eager pair: a setting per (T, K) of SETTINGS, each with one speedup
+    per rotation over the K = 0 run of the same rotation."""
+    import minispec.api
+    import minispec.commands.prompts
+    from benchmarks import guard
+    from minispec.decode import SpeculativeDecoder
+    from model.tokenizer import VOCAB_SIZE
+
+    target = random_gpt(VOCAB_SIZE, 0, scale=1.5, max_seq_len=32)
+    decoder = SpeculativeDecoder(target, perturbed_copy(target, 1, 0.15), compile=False)
+    monkeypatch.setattr(minispec.api, "load_decoder", lambda **kwargs: decoder)
+    monkeypatch.setattr(minispec.commands.prompts, "held_out_prompts", lambda n: ["ab"])
+    monkeypatch.setattr(guard, "MAX_NEW_TOKENS", 3)
+    report = guard.measure(2)
+    assert list(report["settings"]) == [guard.setting_name(t, k) for t, k in guard.SETTINGS]
+    for row in report["settings"].values():
+        s = row["speedup"]
+        assert row["pairs"] == 2 and 0 < s["min"] <= s["median"] <= s["max"]
+    assert guard.is_reference(report)
