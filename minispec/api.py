@@ -15,7 +15,7 @@ import torch
 from minispec.decode import SpeculativeDecoder
 from minispec.machine import device_problem
 from minispec.params import SamplingParams, SpeculativeConfig, check_int, check_params
-from minispec.rules import DEFAULT_TREE_BRANCHING, check_seed_count
+from minispec.rules import DEFAULT_TREE_BRANCHING, PARALLEL_PROPOSERS, check_seed_count
 from minispec.stats import DecodeStats
 from model import tokenizer as byte_tokenizer
 from model.checkpoint import CheckpointError, load_head, load_pair
@@ -24,6 +24,7 @@ from model.storage import (  # noqa: F401 (CHECKPOINTS: the API's name for the f
     CHECKPOINTS,
     DEFAULT_DRAFT,
     DEFAULT_HEAD,
+    DEFAULT_PARALLEL_DRAFT,
     DEFAULT_TARGET,
     default_head,
 )
@@ -175,10 +176,16 @@ def generate(
         spec.validate()
         for p in params:
             p.validate()
-        decoder = load_decoder()
+        decoder = load_decoder(draft=default_draft(proposer))
     out = decoder.generate(prompt_ids, params, spec, on_tokens, warm_up=warm_up)
     texts = [tokenizer.decode(ids) for ids in out.token_ids]
     return GenerateResult(texts, out.token_ids, out.origins, out.stats)
+
+
+def default_draft(proposer: str) -> Path:
+    """The shipped draft `proposer` drafts with: the parallel fine-tune for the proposers that
+    draft in one forward (it is trained for their mask tokens), the draft for the others."""
+    return DEFAULT_PARALLEL_DRAFT if proposer in PARALLEL_PROPOSERS else DEFAULT_DRAFT
 
 
 def shared_params(

@@ -43,6 +43,8 @@ PROPOSER_NAMES = (
 )
 # The proposers that draft a tree (minispec/tree_round.py's round): the draft model's, the head's
 TREE_PROPOSERS = ("tree", "head_tree", "parallel_tree")
+# The proposers that draft all K tokens in one forward: their default draft is the parallel one
+PARALLEL_PROPOSERS = ("parallel", "parallel_tree")
 # The proposers that draft with a feature head (PROPOSERS' needs == "head")
 HEAD_PROPOSERS = ("feature_head", "head_tree")
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_TARGET = CHECKPOINTS / "target.safetensors"
 DEFAULT_DRAFT = CHECKPOINTS / "draft.safetensors"
+# The draft fine-tuned to draft K tokens in one forward (minispec train-parallel)
+DEFAULT_PARALLEL_DRAFT = CHECKPOINTS / "parallel.safetensors"
 DEFAULT_HEAD = CHECKPOINTS / "head.safetensors"  # trained on DEFAULT_TARGET's states
 FORMAT = "minispec-gpt-v1"  # a model checkpoint's "format" metadata
 HEAD_FORMAT = "minispec-head-v1"  # a feature head's

@@ -62,7 +62,6 @@ from model import tokenizer as byte_tokenizer
 from model.errors import CheckpointError
 from model.hf_tokenizer import TextTokenizer, load_tokenizer
 from model.storage import (
-    DEFAULT_DRAFT,
     DEFAULT_TARGET,
     HEAD_FORMAT,
     check_whole,
@@ -118,8 +117,10 @@ def decode_parser() -> argparse.ArgumentParser:
         choices=PROPOSER_NAMES,
         default="draft_model",
         help="draft_model, feature_head (a head drafting from the target's own states), ngram "
-        "(prompt lookup), suffix (an index over the training corpus) or tree (the draft model "
-        "drafts a tree, verified in one target forward; -k is its depth)",
+        "(prompt lookup), suffix (an index over the training corpus), tree (the draft model "
+        "drafts a tree, verified in one target forward; -k is its depth), parallel (a draft "
+        "trained for it drafts all K tokens in one forward) or parallel_tree (a tree from that "
+        "forward)",
     )
     p.add_argument(
         "--tree-branching",
@@ -186,7 +187,8 @@ def decode_parser() -> argparse.ArgumentParser:
         "--draft",
         type=checkpoint_path(folder_ok=True),
         default=None,
-        help="draft checkpoint or model folder (default: checkpoints/draft.safetensors)",
+        help="draft checkpoint or model folder (default: checkpoints/draft.safetensors; "
+        "checkpoints/parallel.safetensors for the parallel proposers)",
     )
     p.add_argument(
         "--head",
@@ -358,14 +360,15 @@ def run_decode(argv: list[str]) -> int:
     check_device(parser, args.device)  # the one check that needs torch: after every other one
     import torch  # deferred: --help and argument errors stay instant
 
-    from minispec.api import generate, load_decoder
+    from minispec.api import default_draft, generate, load_decoder
 
     prompts = args.prompt or [DEFAULT_PROMPT]
     colour = use_colour(args.json)
     torch.set_num_threads(args.threads)
     target = args.target or DEFAULT_TARGET
     compile = args.compile_mode if args.compile and args.compile_mode != "jit" else args.compile
-    decoder = load_decoder(target, args.draft or DEFAULT_DRAFT, args.device, compile, args.head)
+    draft = args.draft or default_draft(args.proposer)
+    decoder = load_decoder(target, draft, args.device, compile, args.head)
     decoder.prefill_threads = args.prefill_threads
     # A checkpoint file is on the byte vocabulary; a model folder may carry its own tokenizer.
     # The draft's is the same: load_pair compared them.
