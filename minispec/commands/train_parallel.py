@@ -45,7 +45,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"the parallel draft (default {DEFAULT_OUT})")
     p.add_argument("--state-dir", default="runs/parallel", help="the resumable training state")
     p.add_argument("--corpus-root", default=None, help="a folder of .py files (default: stdlib)")
-    p.add_argument("--steps", type=integer(1, 10**7), default=1200)
+    p.add_argument("--steps", type=integer(1, 10**7), default=1400, help="the schedule's length")
+    p.add_argument(
+        "--until",
+        type=integer(1, 10**7),
+        default=None,
+        help="stop at this step and write the draft (default: --steps); --resume goes on",
+    )
     p.add_argument("--batch-size", type=integer(1, 4096), default=16, help="windows a step")
     p.add_argument("--window", type=integer(16, 4096), default=256, help="real tokens a row")
     p.add_argument("--anchors", type=integer(1, 4096), default=48, help="mask groups a row")
@@ -225,7 +231,8 @@ def train(args: argparse.Namespace, command: str) -> int:
         record = {"step": 0, "held_out_alpha": evaluate()}
         print(json.dumps(record), flush=True)
         log.write(json.dumps(record) + "\n")
-    while step < args.steps:
+    until = min(args.until or args.steps, args.steps)
+    while step < until:
         lr = args.lr * min(1.0, (step + 1) / 50)
         lr *= 0.1 + 0.45 * (1 + math.cos(math.pi * step / args.steps))
         for group in opt.param_groups:
@@ -255,9 +262,9 @@ def train(args: argparse.Namespace, command: str) -> int:
             "lr": round(lr, 6),
             "elapsed": round(time.time() - begin, 1),
         }
-        if step % args.eval_every == 0 or step == args.steps:
+        if step % args.eval_every == 0 or step == until:
             record["held_out_alpha"] = evaluate()
-        if step % args.save_every == 0 or step == args.steps:
+        if step % args.save_every == 0 or step == until:
             save_checkpoint(
                 state_path,
                 draft,
@@ -282,7 +289,7 @@ def train(args: argparse.Namespace, command: str) -> int:
             "teacher_sha256": target_meta["sha256"],
             "corpus_fingerprint": corpus.fingerprint,
             "held_out_alpha_by_depth": json.dumps(final),
-            "steps": str(step),
+            "steps": f"{step} of a {args.steps}-step schedule",
         },
         dtype=torch.float16,
     )
