@@ -126,8 +126,7 @@ def config_shapes(config: GPTConfig) -> dict[str, torch.Size]:
 
 
 def header_metadata(path: Path) -> dict[str, str]:
-    """A checkpoint's metadata, from its header alone: without torch, and without reading the
-    tensors (a training state holds the model three times over)."""
+    """A checkpoint's metadata, from its header alone: no torch, no tensor read."""
     return read_header(path)[0].get("__metadata__") or {}
 
 
