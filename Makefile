@@ -68,7 +68,7 @@ gpu-check:  ## the GPU path in a few minutes: greedy tokens, speed, captures, th
 	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check $(ARGS)
 
 bench-gpu: $(STAMP)  ## the same benchmark on CUDA (CUDA graphs) + the sampler's Triton kernels -> results/gpu/
-	$(PY) -m benchmarks --device cuda --out results/gpu/bench $(ARGS)
+	$(PY) -m benchmarks --device cuda --out results/gpu $(ARGS)
 	$(PY) -m minispec kernels --device cuda --out results/gpu
 
 verify: $(STAMP)  ## reproduce the paper's worked example with the compiled sampler

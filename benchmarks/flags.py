@@ -20,12 +20,13 @@ from minispec.commands.args import (
     integer,
     real,
     thread_count,
+    writable_folder,
 )
 
 VLLM_PYTHON = ".venv-vllm/bin/python"  # the Python of the environment `make vllm-check` builds
 # --compile-mode's words as SpeculativeDecoder's `compile` takes them
 COMPILE_MODES = {"aot": "aot", "jit": True, "eager": False}
-DEFAULT_OUT = "results/bench"  # the run whose headline the README shows
+DEFAULT_OUT = "results"  # the run whose headline the README shows
 
 
 def method_list(text: str) -> str:
@@ -61,7 +62,10 @@ def bench_parser() -> OneLineParser:
     )
     parser.add_argument("--seed", type=integer(0), default=0, help="of the rotations' order")
     parser.add_argument(
-        "--out", default=DEFAULT_OUT, help="writes OUT.json and OUT.md (the default: README's too)"
+        "--out",
+        type=writable_folder,
+        default=DEFAULT_OUT,
+        help="writes OUT/bench.json and OUT/bench.md (the default: the README's block too)",
     )
     parser.add_argument(
         "--device", type=device_name, default="cpu", help="cpu or cuda (CUDA graphs there)"

@@ -8,9 +8,9 @@
 3. Correctness, from the same runs: at T = 0 each method's tokens against K = 0's, prompt by
    prompt; at T > 0 the target's mean log-likelihood per token of each method's samples from
    the first rotation, against K = 0's (Welch's z, as `make vllm-check` compares engines).
-4. OUT.json holds the raw counts, from which summary.py and tables.py compute every figure;
-   OUT.md the tables. Both are written after each temperature, and with the default --out the
-   README's results block too.
+4. OUT/bench.json holds the raw counts, from which summary.py and tables.py compute every
+   figure; OUT/bench.md the tables. Both are written after each temperature, and with the
+   default --out the README's results block too.
 """
 
 from __future__ import annotations
@@ -135,12 +135,12 @@ def steps(decoder: SpeculativeDecoder, methods: list[Method]) -> dict:
 
 
 def write(report: dict, out: Path) -> None:
-    """OUT.json and OUT.md, and with the default --out the README's block; the tables read the
-    record back from JSON, as a test of the README does."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    saved = json.loads(out.with_suffix(".json").read_text())
-    out.with_suffix(".md").write_text(tables.render(saved))
+    """OUT/bench.json and OUT/bench.md, and with the default --out the README's block; the
+    tables read the record back from JSON, as a test of the README does."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    saved = json.loads((out / "bench.json").read_text())
+    (out / "bench.md").write_text(tables.render(saved))
     if out == Path(DEFAULT_OUT) and saved["settings"]["batch_size"] == 1:
         readme = Path("README.md")
         text = readme.read_text()
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     decoders, methods, skipped = decoders_for(args.methods, args)
     texts = {c: ps for c, ps in categories(args.prompts).items() if c in args.categories}
     if args.vllm:
-        path = Path(args.out).parent / "vllm" / "bench.md"
+        path = Path(args.out) / "vllm" / "bench.md"
         bench_vllm.vllm_section(decoders[None], texts["stdlib"], args, path)
         return 0
     prompts = {
@@ -191,5 +191,5 @@ def run(args: argparse.Namespace) -> int:
         report["temperatures"][f"{temperature:g}"] = {"runs": runs, "correctness": checks}
         report["wall_s"] = time.perf_counter() - start
         write(report, Path(args.out))
-        print(f"wrote {args.out}.md and {args.out}.json", flush=True)
+        print(f"wrote {args.out}/bench.md and {args.out}/bench.json", flush=True)
     return 0

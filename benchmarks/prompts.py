@@ -27,7 +27,9 @@ from pathlib import Path
 from minispec.commands.prompts import held_out_prompts
 
 CATEGORIES = ("stdlib", "packages", "edits", "docstrings", "non-ASCII")
-PACKAGES = ("torch", "numpy", "_pytest", "safetensors", "pip", "setuptools")
+# Not pip: looking it up (find_spec) switches off setuptools' distutils shim for the process
+# (_distutils_hack's spec_for_pip), and Inductor's later import of setuptools then fails.
+PACKAGES = ("torch", "numpy", "_pytest", "safetensors", "sympy", "jinja2")
 LENGTH = 300  # bytes of a cut
 EDIT_MAX = 240  # characters of an edit's function, so that the prompt stays under 2 LENGTHs
 NON_ASCII = Path(__file__).with_name("non_ascii.txt")
