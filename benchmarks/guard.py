@@ -128,7 +128,7 @@ def measure(pairs: int) -> dict:
     from benchmarks.methods import BASELINE, Method
     from benchmarks.summary import rate, rotation_stats, summed
     from benchmarks.timing import machine
-    from minispec.api import load_decoder
+    from minispec.api import DEFAULT_DRAFT, load_decoder
     from minispec.commands.prompts import held_out_prompts
     from model import tokenizer
 
@@ -159,7 +159,7 @@ def measure(pairs: int) -> dict:
     report["graphs_s"] = round(time.perf_counter() - start, 1)
     for temperature in temperatures:
         methods = [Method("draft_model", k) for t, k in SETTINGS if t == temperature]
-        runs, _ = rotate({None: decoder}, [BASELINE, *methods], prompts, temperature, args)
+        runs, _ = rotate({DEFAULT_DRAFT: decoder}, [BASELINE, *methods], prompts, temperature, args)
         base = rotation_stats(runs[BASELINE.label], list(prompts))
         for m in methods:
             stats = rotation_stats(runs[m.label], list(prompts))

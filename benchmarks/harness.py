@@ -27,31 +27,32 @@ import torch
 from benchmarks import bench_vllm, tables
 from benchmarks.decoding import decode, warm_up
 from benchmarks.flags import COMPILE_MODES, DEFAULT_OUT
-from benchmarks.methods import BASELINE, DRAFTS, ONE_PASS, Method, unavailable
+from benchmarks.methods import BASELINE, ONE_PASS, Method, unavailable
 from benchmarks.prompts import categories
 from benchmarks.steps import measure as measure_steps
 from benchmarks.summary import record
 from benchmarks.timing import machine
 from benchmarks.vllm_check import sample_nll, sampling_verdict
-from minispec.api import CHECKPOINTS, load_decoder
+from minispec.api import DEFAULT_DRAFT, default_draft, load_decoder
 from minispec.decode import SpeculativeDecoder
 from model import tokenizer
 
 
 def rotate(decoders, methods, prompts: dict[str, list], temperature: float, args) -> tuple:
-    """Every method once over every category per rotation, shuffled: (runs, ids), each
+    """Every method once over every category per rotation, shuffled, each on the decoder of
+    its draft (decoders: by api.default_draft's path): (runs, ids), each
     {label: [ {category: ...} per rotation ]}: the stats' records, the new tokens."""
     spec_of = {m: m.spec(args.draft_sample_method) for m in methods}
     first = next(iter(prompts.values()))[: args.batch_size]  # one call's shape
     for m in methods:
-        warm_up(decoders[DRAFTS.get(m.proposer)], first, [spec_of[m]], temperature)
+        warm_up(decoders[default_draft(m.proposer)], first, [spec_of[m]], temperature)
     order = random.Random(f"{args.seed} {temperature}")
     runs = {m.label: [] for m in methods}
     ids = {m.label: [] for m in methods}
     for r in range(args.rotations):
         start = time.perf_counter()
         for m in order.sample(methods, len(methods)):
-            decoder, runs_r, ids_r = decoders[DRAFTS.get(m.proposer)], {}, {}
+            decoder, runs_r, ids_r = decoders[default_draft(m.proposer)], {}, {}
             for category, ps in prompts.items():
                 stats, ids_r[category] = decode(
                     decoder,
@@ -109,18 +110,17 @@ def correctness(decoder, prompts, temperature, ids) -> dict:
 
 
 def decoders_for(methods: list[Method], args) -> tuple[dict, list[Method], dict[str, str]]:
-    """The decoder of each draft the methods use (by its file in checkpoints/; None: the
-    shipped draft), the methods that can run, and why the others cannot."""
+    """The decoder of each draft the methods use (by its path: api.default_draft, the parallel
+    drafter's for its proposers), the methods that can run, and why the others cannot."""
     compile = COMPILE_MODES[args.compile_mode]
     main = load_decoder(device=args.device, compile=compile)
     has_head = main.feature_head() is not None
     skipped = {m.label: why for m in methods if (why := unavailable(m, has_head))}
     runnable = [m for m in methods if m.label not in skipped]
-    decoders = {None: main}
+    decoders = {DEFAULT_DRAFT: main}
     for m in runnable:
-        if (draft := DRAFTS.get(m.proposer)) and draft not in decoders:
-            path = CHECKPOINTS / draft
-            decoders[draft] = load_decoder(draft=path, device=args.device, compile=compile)
+        if (draft := default_draft(m.proposer)) not in decoders:
+            decoders[draft] = load_decoder(draft=draft, device=args.device, compile=compile)
     if any(m.proposer == "suffix" for m in runnable):
         from minispec.commands.build_index import cached_index
 
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     texts = {c: ps for c, ps in categories(args.prompts).items() if c in args.categories}
     if args.vllm:
         path = Path(args.out) / "vllm" / "bench.md"
-        bench_vllm.vllm_section(decoders[None], texts["stdlib"], args, path)
+        bench_vllm.vllm_section(decoders[DEFAULT_DRAFT], texts["stdlib"], args, path)
         return 0
     prompts = {
         c: filled([tokenizer.encode(t) for t in ps], args.batch_size)
@@ -183,11 +183,11 @@ def run(args: argparse.Namespace) -> int:
         "temperatures": {},
     }
     print("steps", flush=True)
-    report["steps"] = steps(decoders[None], methods)
+    report["steps"] = steps(decoders[DEFAULT_DRAFT], methods)
     for temperature in args.temperatures:
         print(f"T = {temperature:g}: {', '.join(m.label for m in methods)}", flush=True)
         runs, ids = rotate(decoders, methods, prompts, temperature, args)
-        checks = correctness(decoders[None], prompts, temperature, ids)
+        checks = correctness(decoders[DEFAULT_DRAFT], prompts, temperature, ids)
         report["temperatures"][f"{temperature:g}"] = {"runs": runs, "correctness": checks}
         report["wall_s"] = time.perf_counter() - start
         write(report, Path(args.out))

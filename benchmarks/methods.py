@@ -54,8 +54,6 @@ METHODS = (
     Method("parallel", "auto"),
     Method("parallel_tree", 4, (2,)),
 )
-# The draft, in checkpoints/, that a proposer drafts with when it is not the shipped one.
-DRAFTS = {"parallel": "parallel.safetensors", "parallel_tree": "parallel.safetensors"}
 # Theorem 3.8 prices a round's drafting as K steps of a model of cost c each (in target
 # steps). The parallel drafter takes one pass over K positions instead: its c is that pass.
 SEQUENTIAL = {"draft_model": "draft", "feature_head": "head"}
@@ -78,14 +76,14 @@ def parse(label: str) -> Method:
 
 def unavailable(method: Method, has_head: bool) -> str | None:
     """Why `method` cannot run in this checkout, or None."""
-    from minispec.api import CHECKPOINTS
+    from minispec.api import default_draft
     from minispec.proposers import PROPOSERS
 
     registered = PROPOSERS.get(method.proposer)
     if registered is None:
         return f"no proposer named {method.proposer!r} is registered"
-    if method.proposer in DRAFTS and not (CHECKPOINTS / DRAFTS[method.proposer]).is_file():
-        return f"no checkpoints/{DRAFTS[method.proposer]}"
+    if not (draft := default_draft(method.proposer)).is_file():
+        return f"no checkpoints/{draft.name}"
     if registered.needs == "head" and not has_head:
         return "no feature head (make train-head)"
     return None

@@ -13,6 +13,7 @@ from _enumerate import one_thread, perturbed_copy, random_gpt  # noqa: F401 (one
 from benchmarks import harness, summary, tables
 from benchmarks.methods import BASELINE, Method, draft_cost, parse
 from benchmarks.summary import record, summed
+from minispec.api import DEFAULT_DRAFT
 from minispec.decode import SpeculativeDecoder
 from minispec.stats import DecodeStats
 from model.tokenizer import VOCAB_SIZE
@@ -140,7 +141,7 @@ def test_a_run_end_to_end_on_a_tiny_pair() -> None:
         "wall_s": 60.0,
     }
     for temperature in (0.0, 1.0):
-        runs, ids = harness.rotate({None: decoder}, methods, prompts, temperature, args)
+        runs, ids = harness.rotate({DEFAULT_DRAFT: decoder}, methods, prompts, temperature, args)
         assert {label: len(r) for label, r in runs.items()} == {m.label: 2 for m in methods}
         checks = harness.correctness(decoder, prompts, temperature, ids)
         report["temperatures"][f"{temperature:g}"] = {"runs": runs, "correctness": checks}
