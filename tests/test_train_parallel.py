@@ -92,6 +92,7 @@ def test_bad_flags_are_one_line_before_torch(flags: list[str]) -> None:
         (["--out", draft, "--draft", draft], "one of the inputs"),
         (["--depth", "1"], "--depth"),
         (["--out", ""], "--out"),
+        (["--out", flags[flags.index("--target") + 1]], "not a parallel draft"),
     ]
     for extra, fragment in cases:
         code = (

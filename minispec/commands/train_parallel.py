@@ -66,7 +66,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """ValueError naming the flag, before torch is imported."""
+    """ValueError naming the flag, before torch is imported (CheckpointError: an --out that
+    is no checkpoint)."""
+    from model.storage import header_metadata
+
     if args.anchors > args.window - args.depth + 1:
         raise ValueError(
             f"--anchors {args.anchors} is more than a --window of {args.window} holds at "
@@ -79,6 +82,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--out {args.out!r} must name a file")
     if Path(args.out).resolve() in inputs:
         raise ValueError(f"--out {args.out} is one of the inputs: it would be replaced")
+    if Path(args.out).exists() and "mask_token_id" not in header_metadata(Path(args.out)):
+        raise ValueError(f"--out {args.out} is not a parallel draft: name a file of its own")
 
 
 def training_rows(x, anchors, depth: int, mask_token_id: int):
@@ -177,6 +182,7 @@ def train(args: argparse.Namespace, command: str) -> int:
     from minispec.commands.corpus import load_corpus
     from minispec.commands.train import optimizer_for, optimizer_tensors, restore_optimizer
     from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+    from model.folders import list_written
     from model.tokenizer import MASK_TOKEN_ID
 
     if args.threads:
@@ -276,6 +282,7 @@ def train(args: argparse.Namespace, command: str) -> int:
         if step % 10 == 0 or "held_out_alpha" in record:
             print(json.dumps(record), flush=True)
     final = evaluate()
+    list_written(Path(args.out).parent, [Path(args.out).name])
     save_checkpoint(
         args.out,
         draft,
