@@ -183,8 +183,7 @@ def generate(
 
 
 def default_draft(proposer: str) -> Path:
-    """The shipped draft `proposer` drafts with: the parallel fine-tune for the proposers that
-    draft in one forward (it is trained for their mask tokens), the draft for the others."""
+    """The shipped draft `proposer` drafts with (the parallel ones: their own fine-tune)."""
     return DEFAULT_PARALLEL_DRAFT if proposer in PARALLEL_PROPOSERS else DEFAULT_DRAFT
 
 

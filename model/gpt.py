@@ -209,9 +209,11 @@ class CacheLayout(NamedTuple):
     """Where a forward's T tokens sit in the KV cache: each token's keys and values are written
     at `slots` [B, T], and it attends to the cache's first S slots where `visible` [B, T, S] is
     True. Built once a forward, read by every layer. `visible` None is a prefill's: the tokens
-    are each row's first T, so they attend causally to one another and read no other slot."""
+    are each row's first T, so they attend causally to one another and read no other slot.
+    `slots` None: no cache is read or written, and `visible` [B, T, T] says which of the T
+    tokens each sees (a parallel drafter's training rows, minispec/commands/train_parallel.py)."""
 
-    slots: torch.Tensor
+    slots: torch.Tensor | None
     visible: torch.Tensor | None
 
     @classmethod
@@ -299,18 +301,19 @@ class Attention(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: CacheLayout | None
     ) -> torch.Tensor:
         """No cache, or layout None: a full forward, causal over the T tokens, bypassing any
-        cache; with no cache, a layout's `visible` [B, T, T] replaces the causal mask (a
-        parallel drafter's training rows, minispec/commands/train_parallel.py). Else k/v are
-        written to the cache at layout.slots, and read as layout.visible says."""
+        cache; a layout without slots: the same, with its `visible` [B, T, T] for the causal
+        mask. Else k/v are written to the cache at layout.slots, and read as layout.visible
+        says."""
         B, T, C = x.shape
         q, k, v = self.qkv(x, cos, sin)
-        cached = self.kv_cache is not None and layout is not None
+        among_themselves = layout is not None and layout.slots is None
+        cached = self.kv_cache is not None and layout is not None and not among_themselves
         if cached:
             cached_k, cached_v = self.kv_cache.update(layout.slots, k, v)
         if not cached or layout.visible is None:
             # Training, a full recompute or a prefill: attention among the T tokens alone.
             gqa = self.n_kv_head != self.n_head  # SDPA shares each k/v head among a query group
-            mask = None if cached or layout is None else layout.visible
+            mask = layout.visible if among_themselves else None
             y = F.scaled_dot_product_attention(
                 q,
                 k,

@@ -25,6 +25,7 @@ from _enumerate import (
 from test_decode_exactness import PROMPTS, fit_p_value
 from test_sampling_compiled import _random_batch
 
+import minispec.proposers.parallel
 from minispec.decode import SpeculativeDecoder
 from minispec.params import PROPOSERS, SamplingParams, SpeculativeConfig
 from minispec.proposers import SuffixIndex
@@ -197,7 +198,11 @@ def generate(decoder: SpeculativeDecoder, rows: list, k, proposer: str = "draft_
 
 # Trees verify with the token-wise rule only (SpeculativeConfig refuses drafter_invariant).
 @pytest.mark.parametrize("proposer", [name for name in PROPOSERS if name not in TREE_PROPOSERS])
-def test_same_tokens_as_k0(decoder: SpeculativeDecoder, proposer: str) -> None:
+def test_same_tokens_as_k0(
+    decoder: SpeculativeDecoder, proposer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vocab = decoder.target.config.vocab_size  # the parallel drafter's mask: a tiny vocab's last id
+    monkeypatch.setattr(minispec.proposers.parallel, "MASK_TOKEN_ID", vocab - 1)
     batch = [*OTHERS[:2], OURS, OTHERS[2]]
     alone_k0 = generate(decoder, [OURS], 0, proposer).token_ids[0]
     batch_k0 = generate(decoder, batch, 0, proposer).token_ids

@@ -237,6 +237,9 @@ def test_the_registry_builds_each_proposer_from_what_the_decoder_holds() -> None
         "feature_head": "head",
         "head_tree": "head",
         "ngram": None,
+        "parallel": "draft",
+        "parallel_tree": "draft",
         "suffix": "suffix_index",
         "tree": "draft",
     }
+    assert all(built[name].model is draft for name in ("parallel", "parallel_tree"))

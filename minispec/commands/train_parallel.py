@@ -127,7 +127,7 @@ def draft_log_probs(draft, tokens, positions, visible):
 
     from model.gpt import CacheLayout
 
-    return F.log_softmax(draft(tokens, positions, CacheLayout(positions, visible)), -1)
+    return F.log_softmax(draft(tokens, positions, CacheLayout(None, visible)), -1)
 
 
 def teacher_at(teacher_logp, positions):

@@ -53,9 +53,9 @@ class ParallelDraftProposer(DraftModelProposer):
 
     @staticmethod
     def tokens_behind(behind: int, last_k: int, k: int) -> int:
-        """The catch-up a round at K needs (catch_up feeds each row's last tokens_behind + 2
-        tokens): the last round at last_k left up to last_k + 1 tokens unfed, K = 0 rounds since
-        `behind` more, and this round's propose feeds the last K + 1 itself."""
+        """catch_up's tokens_behind before a round at K (it feeds each row's last that + 2)."""
+        # A round at last_k leaves its up to last_k + 1 kept tokens unfed, K = 0 rounds since
+        # add `behind`, and this round's propose feeds the last K + 1 itself.
         unfed = (last_k + 1 if last_k else 0) + behind
         return unfed - 2 if unfed > k + 1 else 0
 
