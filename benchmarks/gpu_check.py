@@ -11,9 +11,11 @@ writes results/gpu/check.md as it goes, so a run cut short still leaves what it 
    at K = 0, 4 and auto must give the same tokens. Where one differs, the CPU target's margin
    between its two best logits at that position is printed: a margin at float32 rounding is a
    near-tie the GPU's other summation order may flip, a larger one is a failure.
-1b. Draft steps: the feature head's and the draft model's one step over a target step.
+1b. Draft steps: the feature head's and the draft model's one step over a target step, and
+   the parallel drafter's one pass at K = 4 and 8.
 2. Speed. B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto (and at B = 1
-   the feature head's K = 4 and auto), interleaved
+   the feature head's K = 4 and auto, and a decoder with the parallel draft at K = 0, 4, 8 and
+   auto), interleaved
    (K = 0, 4, auto, then again), with tok/s, the round time, the CUDA graph captures per
    (B, K), and each speedup over its own K = 0 as median (min-max) over the rotations. The
    floor beside the round time: the captured round's replay alone, back to back.
@@ -50,13 +52,13 @@ if importlib.util.find_spec("torch") is None:
 import torch
 
 from benchmarks.decoding import decode, warm_up
-from benchmarks.methods import BASELINE, Method
+from benchmarks.methods import BASELINE, Method, pass_width
 from benchmarks.spread import format_spread, spread
-from minispec.api import DEFAULT_DRAFT, DEFAULT_HEAD, DEFAULT_TARGET
+from minispec.api import DEFAULT_DRAFT, DEFAULT_HEAD, DEFAULT_PARALLEL_DRAFT, DEFAULT_TARGET
 from minispec.decode import SpeculativeDecoder
 from minispec.params import SamplingParams, SpeculativeConfig
 from model import tokenizer
-from model.checkpoint import load_head, load_pair
+from model.checkpoint import load_checkpoint, load_head, load_pair
 
 REFERENCE = Path("results/gpu/reference.json")
 NEW_TOKENS = 64  # per prompt, greedy check
@@ -188,8 +190,13 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                     continue
                 if name == "eager" and batch > 16:
                     continue
-                # the draft model's K = 0, 4 and auto, and at B = 1 the feature head's
+                # the draft model's K = 0, 4 and auto, and at B = 1 the feature head's; the
+                # parallel draft's decoder times its K = 4, 8 and auto at B = 1
                 methods = [BASELINE, Method("draft_model", 4)]
+                if name == "parallel":
+                    if batch > 1:
+                        continue
+                    methods = [BASELINE, *(Method("parallel", k) for k in (4, 8, "auto"))]
                 if name != "eager" and batch < 64:
                     methods.append(Method("draft_model", "auto"))
                 if batch == 1 and decoder.head is not None:
@@ -205,7 +212,7 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                             decoder, spec, rows, temperature, SPEED_NEW_TOKENS, seed, batch
                         )
                         results[label].append(stats)
-                compiled = name == "compiled"
+                compiled = name != "eager"
                 for m in methods:
                     stats, base = results[m.label], results[BASELINE.label]
                     tok_s = statistics.median(s.tokens_per_second for s in stats)
@@ -213,7 +220,7 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
                     per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
                     ratios = [s.speedup_over(b) for s, b in zip(stats, base)]
                     floor = "-"
-                    if compiled and isinstance(m.k, int) and m.proposer == "draft_model":
+                    if name == "compiled" and isinstance(m.k, int) and m.proposer == "draft_model":
                         floor = f"{replay_floor(decoder, batch, m.k):.3f}"
                     report.add(
                         f"| {name} | {batch} | {temperature:g} | {m.label} | {tok_s:.0f} | "
@@ -230,8 +237,13 @@ def draft_steps(report, decoder) -> None:
     from benchmarks.steps import measure
 
     report.add("## 1b. Draft steps over a target step (compiled, B = 1)\n")
-    c = measure(decoder, set(), set(), repeats=50)["c"]
-    report.add(f"draft model {c['draft']['1']:.3f}, feature head {c['head']['1']:.3f}\n")
+    c = measure(decoder, set(), {pass_width(4), pass_width(8)}, repeats=50)["c"]
+    head = f"{c['head']['1']:.3f}" if "head" in c else "-"
+    report.add(
+        f"draft model {c['draft']['1']:.3f}, feature head {head}; the parallel drafter's one "
+        f"pass at K = 4 {c['draft'][str(pass_width(4))]:.3f}, at K = 8 "
+        f"{c['draft'][str(pass_width(8))]:.3f}\n"
+    )
 
 
 def law(report) -> None:
@@ -291,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     decoders = [
         (name, cuda_decoder(args, mode)) for name, mode in (("eager", False), ("compiled", True))
     ]
+    if DEFAULT_PARALLEL_DRAFT.is_file():  # the parallel drafter beside the draft model, B = 1
+        target = decoders[1][1].target
+        parallel = load_checkpoint(DEFAULT_PARALLEL_DRAFT, "cuda")[0]
+        decoders.append(("parallel", SpeculativeDecoder(target, parallel, compile=True)))
     check_greedy(report, reference, decoders, target_cpu)
     if decoders[1][1].head is not None:
         draft_steps(report, decoders[1][1])

@@ -27,7 +27,7 @@ import torch
 from benchmarks import bench_vllm, tables
 from benchmarks.decoding import decode, warm_up
 from benchmarks.flags import COMPILE_MODES, DEFAULT_OUT
-from benchmarks.methods import BASELINE, ONE_PASS, Method, unavailable
+from benchmarks.methods import BASELINE, ONE_PASS, Method, pass_width, unavailable
 from benchmarks.prompts import categories
 from benchmarks.steps import measure as measure_steps
 from benchmarks.summary import record
@@ -130,7 +130,7 @@ def decoders_for(methods: list[Method], args) -> tuple[dict, list[Method], dict[
 
 def steps(decoder: SpeculativeDecoder, methods: list[Method]) -> dict:
     ks = {m.k for m in methods if isinstance(m.k, int) and m.k}
-    passes = {m.k for m in methods if m.proposer in ONE_PASS and isinstance(m.k, int)}
+    passes = {pass_width(m.k) for m in methods if m.proposer in ONE_PASS and isinstance(m.k, int)}
     return measure_steps(decoder, {k + 1 for k in ks}, passes, repeats=21)
 
 

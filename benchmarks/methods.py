@@ -52,9 +52,15 @@ METHODS = (
     Method("parallel_tree", 4, (2,)),
 )
 # Theorem 3.8 prices a round's drafting as K steps of a model of cost c each (in target
-# steps). The parallel drafter takes one pass over K positions instead: its c is that pass.
+# steps). The parallel drafter takes one pass instead, over 2K positions (the last K + 1
+# tokens and K - 1 masks: minispec/proposers/parallel.py): its c is that pass.
 SEQUENTIAL = {"draft_model": "draft", "feature_head": "head"}
 ONE_PASS = {"parallel": "draft"}
+
+
+def pass_width(k: int) -> int:
+    """The positions of the parallel drafter's one forward at K."""
+    return 2 * k
 
 
 def parse(label: str) -> Method:
@@ -95,5 +101,5 @@ def draft_cost(method: Method, c: dict[str, dict[str, float]]) -> float | None:
     if method.proposer in SEQUENTIAL:
         return method.k * c[SEQUENTIAL[method.proposer]]["1"]
     if method.proposer in ONE_PASS:
-        return c[ONE_PASS[method.proposer]][str(method.k)]
+        return c[ONE_PASS[method.proposer]][str(pass_width(method.k))]
     return None

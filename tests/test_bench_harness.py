@@ -93,7 +93,7 @@ def test_a_row_above_its_prediction_is_marked() -> None:
 
 
 def test_a_parallel_pass_is_priced_once_a_chain_k_times() -> None:
-    c = {"draft": {"1": 0.1, "4": 0.13}, "head": {"1": 0.2}}
+    c = {"draft": {"1": 0.1, "8": 0.13}, "head": {"1": 0.2}}  # a pass at K = 4: 8 positions
     assert draft_cost(Method("draft_model", 4), c) == pytest.approx(0.4)
     assert draft_cost(Method("feature_head", 4), c) == pytest.approx(0.8)
     assert draft_cost(Method("parallel", 4), c) == pytest.approx(0.13)
