@@ -41,11 +41,9 @@ BASELINE = Method("draft_model", 0)  # the target alone: every row is divided by
 METHODS = (
     BASELINE,
     Method("draft_model", 4),
-    Method("draft_model", 8),
     Method("draft_model", "auto"),
     Method("feature_head", 4),
     Method("ngram", "auto"),
-    Method("tree", 4, (2,)),
     Method("parallel", 4),
     Method("parallel", 8),
     Method("parallel", "auto"),
