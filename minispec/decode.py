@@ -317,11 +317,10 @@ class SpeculativeDecoder:
                 # What the proposer has not seen: K = 0 rounds' tokens (and, for one that
                 # drafts in parallel, a deeper round's), fed before it drafts again.
                 unseen = getattr(proposer, "tokens_behind", lambda behind, *_: behind)
-                if k and unseen(behind, last_k, k) and hasattr(proposer, "catch_up"):
+                missed = unseen(behind, last_k, k) if k else 0
+                if missed and hasattr(proposer, "catch_up"):
                     catch_up = time.perf_counter()
-                    state = proposer.catch_up(
-                        state, unseen(behind, last_k, k), self.key_positions(longest, 0)
-                    )
+                    state = proposer.catch_up(state, missed, self.key_positions(longest, 0))
                     catch_up = time.perf_counter() - catch_up
                 behind, last_k = (0, k) if k else (behind, last_k)
                 key_positions = self.key_positions(longest, max(k, tree_nodes) if k else 0)

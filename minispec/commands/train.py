@@ -65,9 +65,8 @@ def get_batch(
     window, a blank line, the same bytes again, then the rest of the window. Only copying
     predicts the second span. The lookup proposers draft such copies, which a target trained on
     plain windows alone does not make (docs/training.md, "Copy rows and fine-tunes")."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=g)
-    windows = torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).long()
+    g = batch_generator(seed, step)
+    windows = random_windows(data, batch_size, seq_len, g)
     if copy_fraction > 0:  # drawn after the starts: plain rows stay the rows they were
         copies = torch.rand(batch_size, generator=g) < copy_fraction
         spans = torch.randint(*COPY_SPAN, (batch_size,), generator=g).tolist()
@@ -75,6 +74,19 @@ def get_batch(
             span = windows[row, : spans[row]]
             windows[row] = torch.cat([span, BLANK_LINE, windows[row]])[: seq_len + 1]
     return windows[:, :-1], windows[:, 1:]
+
+
+def batch_generator(seed: int, step: int) -> torch.Generator:
+    """The generator of step `step`'s batch: a function of (seed, step) alone."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def random_windows(
+    data: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator
+) -> torch.Tensor:
+    """[batch_size, seq_len + 1] windows of `data` at random starts, as long."""
+    starts = torch.randint(0, data.numel() - seq_len - 1, (batch_size,), generator=generator)
+    return torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).long()
 
 
 def learning_rate(schedule: Schedule, step: int) -> float:

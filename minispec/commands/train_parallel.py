@@ -180,7 +180,13 @@ def train(args: argparse.Namespace, command: str) -> int:
     import torch
 
     from minispec.commands.corpus import load_corpus
-    from minispec.commands.train import optimizer_for, optimizer_tensors, restore_optimizer
+    from minispec.commands.train import (
+        batch_generator,
+        optimizer_for,
+        optimizer_tensors,
+        random_windows,
+        restore_optimizer,
+    )
     from model.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
     from model.folders import list_written
     from model.tokenizer import MASK_TOKEN_ID
@@ -231,56 +237,51 @@ def train(args: argparse.Namespace, command: str) -> int:
         draft.train()
         return alphas
 
-    log = open(Path(args.state_dir) / "parallel.log.jsonl", "a")
-    begin = time.time()
-    if step == 0:
-        record = {"step": 0, "held_out_alpha": evaluate()}
-        print(json.dumps(record), flush=True)
-        log.write(json.dumps(record) + "\n")
-    until = min(args.until or args.steps, args.steps)
-    while step < until:
-        lr = args.lr * min(1.0, (step + 1) / 50)
-        lr *= 0.1 + 0.45 * (1 + math.cos(math.pi * step / args.steps))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-        starts = torch.randint(
-            0, corpus.train.numel() - args.window - 1, (args.batch_size,), generator=g
-        )
-        windows = torch.stack(
-            [corpus.train[s : s + args.window + 1] for s in starts.tolist()]
-        ).long()
-        x, labels = windows[:, :-1], windows[:, 1:]
-        anchors = draw_anchors(g, args.batch_size, args.window, args.anchors, args.depth)
-        tokens, positions, _, visible = training_rows(x, anchors, args.depth, MASK_TOKEN_ID)
-        with torch.no_grad():
-            log_p = teacher_at(torch.log_softmax(target(x), -1), positions)
-        log_q = draft_log_probs(draft, tokens, positions, visible)
-        value = loss(log_q, log_p, labels.gather(1, positions), args.window)
-        opt.zero_grad(set_to_none=True)
-        value.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        step += 1
-        record = {
-            "step": step,
-            "loss": round(value.item(), 4),
-            "lr": round(lr, 6),
-            "elapsed": round(time.time() - begin, 1),
-        }
-        if step % args.eval_every == 0 or step == until:
-            record["held_out_alpha"] = evaluate()
-        if step % args.save_every == 0 or step == until:
-            save_checkpoint(
-                state_path,
-                draft,
-                {**settings, "step": str(step)},
-                extra=optimizer_tensors(draft, opt),
-            )
-        log.write(json.dumps(record) + "\n")
-        log.flush()
-        if step % 10 == 0 or "held_out_alpha" in record:
+    with open(Path(args.state_dir) / "parallel.log.jsonl", "a") as log:
+        begin = time.time()
+        if step == 0:
+            record = {"step": 0, "held_out_alpha": evaluate()}
             print(json.dumps(record), flush=True)
+            log.write(json.dumps(record) + "\n")
+        until = min(args.until or args.steps, args.steps)
+        while step < until:
+            lr = args.lr * min(1.0, (step + 1) / 50)
+            lr *= 0.1 + 0.45 * (1 + math.cos(math.pi * step / args.steps))
+            for group in opt.param_groups:
+                group["lr"] = lr
+            g = batch_generator(args.seed, step)  # the windows, then the anchors
+            windows = random_windows(corpus.train, args.batch_size, args.window, g)
+            x, labels = windows[:, :-1], windows[:, 1:]
+            anchors = draw_anchors(g, args.batch_size, args.window, args.anchors, args.depth)
+            tokens, positions, _, visible = training_rows(x, anchors, args.depth, MASK_TOKEN_ID)
+            with torch.no_grad():
+                log_p = teacher_at(torch.log_softmax(target(x), -1), positions)
+            log_q = draft_log_probs(draft, tokens, positions, visible)
+            value = loss(log_q, log_p, labels.gather(1, positions), args.window)
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            opt.step()
+            step += 1
+            record = {
+                "step": step,
+                "loss": round(value.item(), 4),
+                "lr": round(lr, 6),
+                "elapsed": round(time.time() - begin, 1),
+            }
+            if step % args.eval_every == 0 or step == until:
+                record["held_out_alpha"] = evaluate()
+            if step % args.save_every == 0 or step == until:
+                save_checkpoint(
+                    state_path,
+                    draft,
+                    {**settings, "step": str(step)},
+                    extra=optimizer_tensors(draft, opt),
+                )
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            if step % 10 == 0 or "held_out_alpha" in record:
+                print(json.dumps(record), flush=True)
     final = evaluate()
     list_written(Path(args.out).parent, [Path(args.out).name])
     save_checkpoint(
