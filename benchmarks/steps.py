@@ -1,12 +1,12 @@
 """One forward of each model, timed alone: the steps a round is made of, c, and a memory floor.
 
-Each model's forward over [1, T] tokens (B = 1, at position 320 of its cache) is compiled as the
-decoder compiles its rounds and timed in turns with the others (benchmarks/timing.py): the
-target at 1 token and at each verify width K + 1, the draft model at 1 token and at each
-parallel pass's K, the feature head's step (its layer, then the target's LM head). c is a draft
-forward over the target's 1-token step, measured in the same process as the decode rows it
-prices. The floor is what a step must read, the weights and the live KV entries, over the read
-bandwidth of a large sum() measured in the same run.
+Each model's forward over [1, T] tokens (B = 1, at position 320 of its cache, reading the
+slots a round reads there) is compiled as the decoder compiles its rounds and timed in turns
+with the others (benchmarks/timing.py): the target at 1 token and at each verify width K + 1,
+the draft model at 1 token and at each parallel pass's K, the feature head's step (its layer,
+then the target's LM head). c is a draft forward over the target's 1-token step, measured in
+the same process as the decode rows it prices. The floor is what a step must read, the weights
+and the live KV entries, over the read bandwidth of a large sum() measured in the same run.
 """
 
 from __future__ import annotations
@@ -72,11 +72,17 @@ def measure(
     calls = {}
     for name, (model, widths) in models.items():
         holder = torch.nn.ModuleList([model])  # what the rounds pass: its children's caches
-        step = compile_round(model, f"{name} step", decoder.compile, device, holder, "bench step")
+        # The cache slots a round's forward reads, and as the rounds compile them: one
+        # dynamic length (a head's step reads the cache the target's forward left).
+        dynamic = "layout" if name != "head" and not decoder.static_shapes else None
+        step = compile_round(
+            model.forward, f"{name} step", decoder.compile, device, holder, "bench step", dynamic
+        )
         for t in sorted(widths):
             token = torch.zeros(1, t, dtype=torch.long, device=device)
             positions = POSITION + torch.arange(t, device=device)[None]
-            args = (state, token, positions) if name == "head" else (token, positions)
+            slots = decoder.key_positions(POSITION, t)
+            args = (state, token, positions) if name == "head" else (token, positions, slots)
             calls[(name, str(t))] = lambda step=step, args=args: step(*args)
     medians = in_turns(calls, repeats, device)
     ms = {name: {} for name in models}
