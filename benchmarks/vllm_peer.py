@@ -38,25 +38,17 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository: benchmarks/ sit
 
 def speculative_config(mode: str, folder: Path, k: int) -> dict | None:
     """vLLM's speculative_config for a mode: none, the exported draft, or prompt lookup."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "plain":
         return None
-    if mode in ("draft_model", "draft_model_probabilistic"):
-        config = {
-            "method": "draft_model",
-            "model": str(folder / "draft"),
-            "num_speculative_tokens": k,
-        }
-        if mode == "draft_model_probabilistic":
-            config["draft_sample_method"] = "probabilistic"
-        return config
+    config = {"method": mode.removesuffix("_probabilistic"), "num_speculative_tokens": k}
     if mode == "ngram":
-        return {
-            "method": "ngram",
-            "num_speculative_tokens": k,
-            "prompt_lookup_max": 4,
-            "prompt_lookup_min": 2,
-        }
-    raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        return config | {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    config["model"] = str(folder / "draft")
+    if mode == "draft_model_probabilistic":
+        config["draft_sample_method"] = "probabilistic"
+    return config
 
 
 def process_tree_cpu_seconds() -> float:
@@ -100,17 +92,12 @@ def run_job(llm, job: dict) -> dict:
         for i, out in zip(group, outputs):
             token_ids[i] = list(out.outputs[0].token_ids)
     wall = time.perf_counter() - wall
-    return {
-        "token_ids": token_ids,
-        "wall_s": wall,
-        "cpu_s": process_tree_cpu_seconds() - cpu,
-    }
+    return {"token_ids": token_ids, "wall_s": wall, "cpu_s": process_tree_cpu_seconds() - cpu}
 
 
-def serve(
-    folder: Path, mode: str, k: int, dtype: str, ready_file: Path, prefix_caching: bool
-) -> None:
-    """The child: build the engine, report its start-up, then answer jobs until stdin closes."""
+def serve(args: argparse.Namespace) -> None:
+    """The child: build the engine, report its start-up, then answer jobs until stdin closes
+    (args: main's flags)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     start = time.perf_counter()
     import torch
@@ -118,11 +105,11 @@ def serve(
 
     extra = {"gpu_memory_utilization": 0.3} if torch.cuda.is_available() else {}
     llm = LLM(
-        model=str(folder / "target"),
-        dtype=dtype,
+        model=str(args.folder / "target"),
+        dtype=args.dtype,
         max_model_len=512,
-        speculative_config=speculative_config(mode, folder, k),
-        enable_prefix_caching=prefix_caching,
+        speculative_config=speculative_config(args.mode, args.folder, args.k),
+        enable_prefix_caching=not args.no_prefix_caching,
         seed=0,
         **extra,
     )
@@ -130,7 +117,7 @@ def serve(
 
     probe = "def add(a, b):\n    return"
     write_json(
-        ready_file,
+        args.ready_file,
         {
             "startup_s": time.perf_counter() - start,
             "vllm": vllm.__version__,
@@ -216,15 +203,8 @@ class VLLMEngine:
         self.jobs += 1
         job_id = str(self.jobs)
         answer = self.dir / f"{job_id}.json"
-        job = {
-            "id": job_id,
-            "answer_file": str(answer),
-            "prompt_token_ids": prompt_token_ids,
-            "temperature": temperature,
-            "max_tokens": max_tokens,
-            "seed": seed,
-            "batch": batch,
-        }
+        job = dict(id=job_id, answer_file=str(answer), prompt_token_ids=prompt_token_ids)
+        job.update(temperature=temperature, max_tokens=max_tokens, seed=seed, batch=batch)
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         self.wait_for(job_id)
@@ -252,25 +232,19 @@ class VLLMEngine:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--folder", required=True, help="the export: FOLDER/target, FOLDER/draft")
+    p.add_argument(
+        "--folder", type=Path, required=True, help="the export: FOLDER/target, FOLDER/draft"
+    )
     p.add_argument("--mode", choices=MODES, required=True)
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--ready-file", required=True)
+    p.add_argument("--ready-file", type=Path, required=True)
     p.add_argument(
         "--no-prefix-caching",
         action="store_true",
         help="off: every request's prompt is computed, as minispec computes it",
     )
-    args = p.parse_args()
-    serve(
-        Path(args.folder),
-        args.mode,
-        args.k,
-        args.dtype,
-        Path(args.ready_file),
-        prefix_caching=not args.no_prefix_caching,
-    )
+    serve(p.parse_args())
     return 0
 
 
