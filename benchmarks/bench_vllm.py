@@ -1,36 +1,34 @@
 """`make bench ARGS=--vllm`: vLLM beside minispec, on the same pair, prompts and machine.
 
 vLLM runs in its own virtual environment (`make vllm-check` builds .venv-vllm), so each vLLM
-mode is one engine in a child process (benchmarks.vllm_peer), started once; its start-up
-is reported apart. At each batch size B and temperature T, the settings run in rotation, the
-order shifted by one each rotation: vLLM target-only, vLLM with the exported draft
-(`draft_model`, K = 4), and minispec K = 0 and K = "auto" at the bench's thread count (1 by
-default) and on every core this process may use. Only minispec's rounds run on that count: its
-prefill runs on every core in every setting (minispec/machine.py). Each thread count has a
-decoder of its own, so its rounds are compiled for it (Inductor bakes the thread count into its
-parallel loops). B = 1 decodes each held-out prompt as its own request, one after another;
-B = 16 decodes one batch of 16 prompts (the held-out prompts repeated). vLLM's prefix caching
-is off: the prompts repeat (within a batch and from rotation to rotation), and with it on vLLM
-would skip most of its prefill, which minispec computes every time; this part compares decoding.
-While one engine runs, the other vLLM engine's processes are stopped (SIGSTOP): an idle engine
-polls. vLLM's requests carry no seed: timing needs none, and vLLM's CPU worker fails on a seeded
-request at T = 1 with prefix caching off ("CPU Generator does not use offset").
+mode is one engine in a child process (benchmarks.vllm_peer), started once; its start-up is
+reported apart. At each batch size B and temperature T the settings run in rotation, the order
+shifted by one each rotation: vLLM target-only, vLLM with the exported draft (`draft_model`,
+K = 4), and minispec K = 0 and auto with its rounds on the bench's thread count (1 by default)
+and on every core this process may use, each count with a decoder of its own (Inductor bakes
+the thread count into its parallel loops); the prefill runs on every core in every setting
+(minispec/machine.py). B = 1 decodes each prompt as its own request, one after another;
+B = 16 one batch of the prompts repeated.
 
-Each run reports tok/s (generated tokens over wall seconds, prefill included, as a user waits)
-and CPU seconds per generated token: minispec's process time (every thread), and for vLLM the
-CPU time of the engine's processes (vLLM's front end, engine core and worker). tok/s per
-CPU-second divides the two: a measure of work that a shared or busy machine does not distort as
-much as wall time. minispec's runs also report their rounds alone (prefill left out, wall time),
-which is what speculation can shorten.
+- vLLM's prefix caching is off: the prompts repeat, and with it on vLLM would skip most of its
+  prefill, which minispec computes every time; this part compares decoding.
+- While one engine runs, the other's processes are stopped (SIGSTOP): an idle engine polls.
+- vLLM's requests carry no seed: timing needs none, and vLLM's CPU worker fails on a seeded
+  request at T = 1 with prefix caching off ("CPU Generator does not use offset").
+- Exact vLLM modes: at T = 0 both (their token ids equal minispec K = 0's in `make
+  vllm-check`); at T > 0 target-only alone, because vLLM's speculative sampling on the CPU fails
+  that check. The draft mode is timed at T > 0 all the same, its samples scored beside
+  target-only's under minispec's target.
 
-Which vLLM modes count as exact: at T = 0 both (their token ids equal minispec K = 0's in
-`make vllm-check`); at T > 0 target-only alone, because vLLM's speculative sampling on the CPU
-fails `make vllm-check` (results/vllm/check.md). The draft mode is timed at T > 0 all the same,
-and its samples are scored under minispec's target (nats/token) beside target-only's.
+tok/s counts generated tokens over wall seconds, prefill included, as a user waits. CPU seconds
+are minispec's process time and the vLLM engine's processes' (front end, engine core, worker):
+tok/s per CPU-second measures work, which a shared machine distorts less than wall time.
+minispec's rounds alone (prefill left out) are what speculation can shorten.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import tempfile
 import time
@@ -39,14 +37,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.decoding import warm_up
+from benchmarks.decoding import decode, warm_up
 from benchmarks.spread import format_spread, spread
 from benchmarks.timing import machine
 from benchmarks.vllm_check import sample_nll, sampling_verdict, strip_eos
 from benchmarks.vllm_peer import ROOT, VLLMEngine
 from minispec.decode import SpeculativeDecoder
 from minispec.machine import torch_threads, usable_cores
-from minispec.params import SamplingParams, SpeculativeConfig
+from minispec.params import SpeculativeConfig
 from model import tokenizer
 from model.hf import export_folder
 
@@ -99,20 +97,12 @@ def exact_vllm_modes(temperature: float) -> set[str]:
 def minispec_run(decoder, prompts, setting, temperature, max_new, seed, batch) -> dict:
     """Like a vLLM job: token ids, wall and CPU seconds (prefill included), and the wall seconds
     of the rounds alone; the rounds on the setting's thread count."""
-    groups = [prompts] if batch else [[p] for p in prompts]
-    token_ids, rounds_s = [], 0.0
+    rows = len(prompts) if batch else 1
     with torch_threads(setting.threads):
         cpu, wall = time.process_time(), time.perf_counter()
-        for g, group in enumerate(groups):
-            params = [
-                SamplingParams(temperature=temperature, seed=seed + g + i, max_new_tokens=max_new)
-                for i in range(len(group))
-            ]
-            out = decoder.generate(group, params, setting.spec)
-            token_ids += out.token_ids
-            rounds_s += out.stats.decode_time
+        stats, token_ids = decode(decoder, setting.spec, prompts, temperature, max_new, seed, rows)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"token_ids": token_ids, "wall_s": wall, "cpu_s": cpu, "rounds_s": rounds_s}
+    return {"token_ids": token_ids, "wall_s": wall, "cpu_s": cpu, "rounds_s": stats.decode_time}
 
 
 def tokens(run: dict) -> int:
@@ -179,44 +169,43 @@ def sample_scores(decoder, prompts, runs: dict[str, list[dict]]) -> dict:
     return verdicts
 
 
-def measure(decoders, engines, texts, temperatures, max_new, rotations, on_row) -> list[dict]:
+def measure(decoders, engines, texts, args, on_row) -> list[dict]:
     """Every (B, T) point: the settings in rotation, then the point's summary, handed to
-    on_row(rows) as soon as it is known. decoders: one per minispec thread count."""
+    on_row(rows) as soon as it is known. decoders: one per minispec thread count; args: the
+    bench's (temperatures, max_new_tokens, rotations)."""
     thread_counts = list(decoders)
     all_settings = settings(thread_counts)
-    rows = []
-    for temperature in temperatures:
-        for b in BATCH_SIZES:
-            batch = b > 1
-            chosen = [texts[i % len(texts)] for i in range(b)] if batch else texts
-            prompts = [tokenizer.encode(t) for t in chosen]
-            warm = prompts if batch else prompts[:1]
-            for t, decoder in decoders.items():
-                with torch_threads(t):
-                    specs = [s.spec for s in all_settings if s.threads == t]
-                    warm_up(decoder, warm, specs, temperature)
-            runs: dict[str, list[dict]] = {s.name: [] for s in all_settings}
-            for r in range(rotations):
-                for s in rotation_order(all_settings, r):
-                    if s.vllm_mode:
-                        engine = engines[s.vllm_mode]
-                        engine.resume()
-                        result = engine.generate(prompts, temperature, max_new, None, batch)
-                        engine.pause()
-                    else:
-                        decoder = decoders[s.threads]
-                        result = minispec_run(
-                            decoder, prompts, s, temperature, max_new, 1000 * r, batch
-                        )
-                    runs[s.name].append(result)
-            exact = exact_vllm_modes(temperature)
-            row = {"B": b, "temperature": temperature, "prompts": len(prompts)}
-            row.update(summarize(runs, exact, thread_counts), rotations=rotations)
-            reference = decoders[thread_counts[0]]
-            row["sample_scores"] = sample_scores(reference, prompts, runs) if temperature else {}
-            print("\n".join(format_point(row)), flush=True)
-            rows.append(row)
-            on_row(rows)
+    max_new, rows = args.max_new_tokens, []
+    for temperature, b in itertools.product(args.temperatures, BATCH_SIZES):
+        batch = b > 1
+        chosen = [texts[i % len(texts)] for i in range(b)] if batch else texts
+        prompts = [tokenizer.encode(t) for t in chosen]
+        warm = prompts if batch else prompts[:1]
+        for t, decoder in decoders.items():
+            with torch_threads(t):
+                specs = [s.spec for s in all_settings if s.threads == t]
+                warm_up(decoder, warm, specs, temperature)
+        runs: dict[str, list[dict]] = {s.name: [] for s in all_settings}
+        for r in range(args.rotations):
+            seed = 1000 * r
+            for s in rotation_order(all_settings, r):
+                if s.vllm_mode:
+                    engine = engines[s.vllm_mode]
+                    engine.resume()
+                    result = engine.generate(prompts, temperature, max_new, None, batch)
+                    engine.pause()
+                else:
+                    decoder = decoders[s.threads]
+                    result = minispec_run(decoder, prompts, s, temperature, max_new, seed, batch)
+                runs[s.name].append(result)
+        exact = exact_vllm_modes(temperature)
+        row = {"B": b, "temperature": temperature, "prompts": len(prompts)}
+        row.update(summarize(runs, exact, thread_counts), rotations=args.rotations)
+        reference = decoders[thread_counts[0]]
+        row["sample_scores"] = sample_scores(reference, prompts, runs) if temperature else {}
+        print("\n".join(format_point(row)), flush=True)
+        rows.append(row)
+        on_row(rows)
     return rows
 
 
@@ -428,15 +417,7 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
             def write(rows: list[dict]) -> None:  # after each point: a stopped run keeps its rows
                 path.write_text(render({**report, "rows": rows}, args.command))
 
-            report["rows"] = measure(
-                decoders,
-                engines,
-                texts,
-                args.temperatures,
-                args.max_new_tokens,
-                args.rotations,
-                write,
-            )
+            report["rows"] = measure(decoders, engines, texts, args, write)
             print("\n".join(goal_lines(report["rows"])), flush=True)
         finally:
             for engine in engines.values():

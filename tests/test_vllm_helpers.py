@@ -16,6 +16,7 @@ from benchmarks.vllm_check import (
     strip_eos,
 )
 from benchmarks.vllm_peer import speculative_config
+from minispec.stats import DecodeStats
 from model.gpt import GPT, GPTConfig
 
 
@@ -240,7 +241,7 @@ def test_minispec_runs_its_rounds_on_the_settings_thread_count(monkeypatch):
             from types import SimpleNamespace
 
             seen.append((torch.get_num_threads(), len(prompts), spec.num_speculative_tokens))
-            stats = SimpleNamespace(decode_time=0.5)
+            stats = DecodeStats(spec.num_speculative_tokens, time_round=0.5)
             return SimpleNamespace(token_ids=[[7, 8]] * len(prompts), stats=stats)
 
     before = torch.get_num_threads()
@@ -310,6 +311,8 @@ def test_measure_rotates_every_setting_and_sends_vllm_no_seed(monkeypatch, tmp_p
     """measure() end to end with the engines stubbed and a tiny eager decoder per thread count:
     each point runs every setting once per rotation, warms each decoder on its own thread
     count, hands vLLM no seed, and scores the vLLM samples at T > 0 only."""
+    from types import SimpleNamespace
+
     from minispec.decode import SpeculativeDecoder
 
     class Engine:
@@ -341,9 +344,8 @@ def test_measure_rotates_every_setting_and_sends_vllm_no_seed(monkeypatch, tmp_p
     monkeypatch.setattr(bench_vllm, "BATCH_SIZES", (2, 1))
     engines = {"plain": Engine(), "draft_model": Engine()}
     seen = []
-    rows = bench_vllm.measure(
-        decoders, engines, ["ab", "cd"], [0.0, 1.0], 3, 2, lambda rows: seen.append(len(rows))
-    )
+    args = SimpleNamespace(temperatures=[0.0, 1.0], max_new_tokens=3, rotations=2)
+    rows = bench_vllm.measure(decoders, engines, ["ab", "cd"], args, lambda r: seen.append(len(r)))
     assert seen == [1, 2, 3, 4] and [(r["B"], r["temperature"]) for r in rows] == [
         (2, 0.0),
         (1, 0.0),
