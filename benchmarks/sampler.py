@@ -32,33 +32,23 @@ GOAL_COMPILED_OVER_FLOOR = 3.0
 PLAIN_MAX_LOGITS = 1 * 5 * 32000  # the reference loops in Python: small sizes only
 
 
-def _inputs(
-    batch_size: int, num_drafts: int, vocab_size: int, one_hot: bool, device: torch.device
-) -> dict:
-    """Target logits at a realistic spread, drafts drawn from q (argmax of the draft logits
-    for a one-hot draft), and the randomness."""
+def _inputs(b: int, k: int, v: int, one_hot: bool, device: torch.device) -> dict:
+    """At (B, K, V): target logits at a realistic spread, drafts drawn from q (argmax of the
+    draft logits for a one-hot draft), and the randomness."""
     gen = torch.Generator(device=device).manual_seed(0)
-    target_logits = 3 * torch.randn(
-        batch_size, num_drafts + 1, vocab_size, device=device, generator=gen
-    )
-    draft_logits = target_logits[:, :num_drafts] + torch.randn(
-        batch_size, num_drafts, vocab_size, device=device, generator=gen
-    )
+    target_logits = 3 * torch.randn(b, k + 1, v, device=device, generator=gen)
+    draft_logits = target_logits[:, :k] + torch.randn(b, k, v, device=device, generator=gen)
     if one_hot:
         draft_probs, draft_ids = None, draft_logits.argmax(-1)
     else:
         draft_probs = draft_logits.softmax(-1)
-        draft_ids = torch.multinomial(draft_probs.view(-1, vocab_size), 1, generator=gen).view(
-            batch_size, num_drafts
-        )
+        draft_ids = torch.multinomial(draft_probs.view(-1, v), 1, generator=gen).view(b, k)
     return dict(
         target_logits=target_logits,
         draft_token_ids=draft_ids,
         draft_probs=draft_probs,
-        uniforms=torch.rand(
-            batch_size, num_drafts, dtype=torch.float64, device=device, generator=gen
-        ),
-        exponentials=torch.empty(batch_size, vocab_size, device=device).exponential_(generator=gen),
+        uniforms=torch.rand(b, k, dtype=torch.float64, device=device, generator=gen),
+        exponentials=torch.empty(b, v, device=device).exponential_(generator=gen),
     )
 
 
@@ -66,34 +56,23 @@ def _inputs(
 KINDS = [(True, "standard"), (False, "standard"), (False, "block")]
 
 
-def measure(
-    batch_size: int,
-    num_drafts: int,
-    vocab_size: int,
-    one_hot: bool,
-    device: torch.device,
-    repeats: int,
-    method: str = "standard",
-) -> dict:
-    args = _inputs(batch_size, num_drafts, vocab_size, one_hot, device)
+def measure(size: tuple, one_hot: bool, method: str, device: torch.device, repeats: int) -> dict:
+    """One row: size (B, K, V), one draft kind, each contender's median milliseconds."""
+    b, k, v = size
+    args = _inputs(b, k, v, one_hot, device)
     tensors = [t for t in args.values() if t is not None]
     args["method"] = method
-    row = dict(
-        B=batch_size,
-        K=num_drafts,
-        V=vocab_size,
-        draft=("one-hot" if one_hot else "probabilistic")
-        + (", block" if method == "block" else ""),
-        input_mb=sum(t.numel() * t.element_size() for t in tensors) / 2**20,
-    )
+    kind = ("one-hot" if one_hot else "probabilistic") + (", block" if method == "block" else "")
+    megabytes = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+    row = dict(B=b, K=k, V=v, draft=kind, input_mb=megabytes)
     row["compile_s"] = timed(lambda: rejection_sample(**args), device)
     contenders = {
         "compiled": lambda: rejection_sample(**args),
         "eager": lambda: rejection_sample(**args, compiled=False),
         "floor": lambda: [t.sum() for t in tensors],
     }
-    if batch_size * (num_drafts + 1) * vocab_size <= PLAIN_MAX_LOGITS:
-        cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    if b * (k + 1) * v <= PLAIN_MAX_LOGITS:
+        cpu = {name: x.cpu() if isinstance(x, torch.Tensor) else x for name, x in args.items()}
         contenders["plain"] = lambda: reference.rejection_sample(  # noqa: E731
             **cpu, temperature=1.0, top_k=None, top_p=None
         )
@@ -176,11 +155,7 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for size in SIZES:
             for one_hot, method in KINDS:
-                rows.append(
-                    measure(
-                        *size, one_hot=one_hot, device=device, repeats=args.repeats, method=method
-                    )
-                )
+                rows.append(measure(size, one_hot, method, device, args.repeats))
                 print(format_row(rows[-1]), flush=True)
         run = dict(threads=threads, rows=rows, goals=goals(rows))
         print("\n".join(run["goals"]) + "\n", flush=True)
