@@ -1,24 +1,19 @@
 """`make bench-guard`: the speed guard. A few minutes of the harness, compared with a reference
 the repository keeps (results/guard.json), so that a change to the round that costs speed shows
-up the day it is made. Run it after every change to the round.
+up the day it is made (docs/benchmarks.md, "The speed guard").
 
-What it runs: B = 1, one thread for the rounds, rounds compiled ahead of time (aot) as the
-harness compiles them, on held-out prompts. At each temperature K = 0 and the settings of
-SETTINGS run in the harness's shuffled rotations (benchmarks/harness.py, `rotate`), and each
-rotation gives each setting one speedup, its tok/s over the K = 0 run of the same rotation; a
-setting reports the median, min and max of its rotations' speedups.
+What it runs: B = 1, one thread for the rounds, rounds compiled ahead of time (aot), held-out
+prompts; at each temperature K = 0 and that temperature's SETTINGS in the harness's shuffled
+rotations (benchmarks/harness.py, `rotate`). Each rotation gives a setting one speedup, its
+tok/s over the K = 0 run of the same rotation.
 
-The rule: a setting FELL when the new run's largest speedup lies below the reference's smallest,
-new max < reference min: the two runs' min-max intervals do not overlap, the new one below.
-When nothing has changed, the m + n speedups of the two runs are exchangeable, and all n new ones
-fall below all m reference ones with probability 1 / C(m + n, n) (1 / 924 for 6 rotations each), so
-a false alarm is rare whatever the distribution of the ratios. The price is sensitivity: a fall
-smaller than the runs' own spread passes; the guard catches a round that got clearly slower,
-and the harness's intervals (benchmarks/summary.py) are the tool for a small difference.
-
-The reference is read first and written only with --update (or when there is none yet), so it
-changes only on purpose; results/guard.md beside it is its table. The exit code is 1 when a
-setting fell, 0 otherwise; with --update it is 0, since the new figures are taken as they are.
+The rule: a setting FELL when new max < reference min, the two runs' min-max intervals apart,
+the new one below. With nothing changed the m + n speedups are exchangeable, and all n new ones
+fall below all m reference ones with probability 1 / C(m + n, n) (1 / 924 for 6 rotations each)
+whatever the ratios' distribution: false alarms are rare. The price is sensitivity: a fall
+within the runs' own spread passes (the harness's intervals, benchmarks/summary.py, see those).
+The reference is written only with --update (or when there is none), so it changes only on
+purpose. The exit code is 1 when a setting fell, else 0 (with --update, 0).
 
 Nothing at the top of this module imports torch: the flags and the comparison stay light (the
 comparison's test feeds it dicts), and the measurement imports the library when it runs.
@@ -37,13 +32,8 @@ from benchmarks.spread import format_spread, spread
 # (temperature, K): K = 4 and auto at T = 0 and 1, and K = 8, the best fixed K at T = 0 in
 # results/bench.md. Auto compiles rounds of its own at each of its widths (0, 2, 4, 8), so a
 # cold cache builds them beside the fixed Ks'; a warm one loads them all.
-SETTINGS: tuple[tuple[float, int | str], ...] = (
-    (0.0, 4),
-    (0.0, 8),
-    (0.0, "auto"),
-    (1.0, 4),
-    (1.0, "auto"),
-)
+SETTINGS: tuple[tuple[float, int | str], ...] = ((0.0, 4), (0.0, 8), (0.0, "auto"))
+SETTINGS += ((1.0, 4), (1.0, "auto"))
 PROMPTS, MAX_NEW_TOKENS, THREADS = 4, 96, 1
 COMMAND = "make bench-guard"
 
@@ -65,15 +55,9 @@ def compare(reference: dict | None, new: dict) -> list[dict]:
     known = (reference or {}).get("settings", {})
     lines = []
     for name, row in new["settings"].items():
-        ref = known.get(name)
-        lines.append(
-            {
-                "setting": name,
-                "reference": ref["speedup"] if ref else None,
-                "new": row["speedup"],
-                "fell": bool(ref) and fell(ref["speedup"], row["speedup"]),
-            }
-        )
+        ref = known[name]["speedup"] if name in known else None
+        line = {"setting": name, "reference": ref, "new": row["speedup"]}
+        lines.append(line | {"fell": ref is not None and fell(ref, row["speedup"])})
     return lines
 
 
