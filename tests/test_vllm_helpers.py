@@ -264,7 +264,8 @@ def test_the_check_writes_its_table_and_fails_on_a_greedy_difference(tmp_path, m
         }
         return {"K = 0": run, f"K = {k}": run}
 
-    def fake_vllm(python, folder, modes, prompts, sampled, max_new, k, dtype, bad=None):
+    def fake_vllm(args, folder, prompts, sampled, bad=None):
+        modes, max_new = args.modes, args.max_new_tokens
         info = {"vllm": "stub", "torch": torch.__version__, "device": "cpu", "startup_s": 1.0}
         info.update(probe="ab", tokenizer_ids=[256, 97, 98])
         rows = {
