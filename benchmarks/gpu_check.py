@@ -6,19 +6,17 @@
 It needs only the project and the machine's own CUDA torch (no install, no network), and
 writes results/gpu/check.md as it goes, so a run cut short still leaves what it measured:
 
-1. Greedy tokens. The reference (results/gpu/reference.json) holds held-out prompts and the
-   target's K = 0, T = 0 tokens computed eagerly on the CPU. Eager and compiled CUDA decoding
-   at K = 0, 4 and auto must give the same tokens. Where one differs, the CPU target's margin
-   between its two best logits at that position is printed: a margin at float32 rounding is a
-   near-tie the GPU's other summation order may flip, a larger one is a failure.
+1. Greedy tokens: eager and compiled CUDA decoding at K = 0, 4 and auto against the target's
+   K = 0, T = 0 tokens computed eagerly on the CPU (results/gpu/reference.json). Where one
+   differs, the CPU target's margin between its two best logits there tells a near-tie at
+   float32 rounding, which the GPU's other summation order may flip, from a failure.
 1b. Draft steps: the feature head's and the draft model's one step over a target step, and
    the parallel drafter's one pass at K = 4 and 8.
-2. Speed. B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto (and at B = 1
-   the feature head's K = 4 and auto, and a decoder with the parallel draft at K = 0, 4, 8 and
-   auto), interleaved
-   (K = 0, 4, auto, then again), with tok/s, the round time, the CUDA graph captures per
-   (B, K), and each speedup over its own K = 0 as median (min-max) over the rotations. The
-   floor beside the round time: the captured round's replay alone, back to back.
+2. Speed at B = 1, 16 and 64, T = 0 and 1: eager and compiled K = 0, 4 and auto, interleaved
+   (at B = 1 also the feature head's K = 4 and auto, and a decoder with the parallel draft at
+   K = 0, 4, 8 and auto), with tok/s, the round time beside the captured round's replay alone,
+   the CUDA graph captures per (B, K), and each speedup over its own K = 0 as median (min-max)
+   over the rotations.
 3. The law: `minispec verify --device cuda` (the compiled sampler's worked example, eq. (1),
    block verification and the decode loop's sequence law, on the GPU).
 
@@ -32,6 +30,7 @@ import contextlib
 import hashlib
 import importlib.util
 import io
+import itertools
 import json
 import statistics
 import sys
@@ -181,53 +180,45 @@ def speed(report, decoders, prompts, batches, deadline: float) -> None:
         "speedup over K = 0 | CUDA graphs captured, per K |"
     )
     report.add("|---|---|---|---|---|---|---|---|---|---|")
-    for name, decoder in decoders:
-        for batch in batches:
-            rows = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
-            for temperature in (0.0, 1.0):
-                if time.perf_counter() > deadline:
-                    report.add(f"| {name} | {batch} | {temperature:g} | skipped: time budget |")
-                    continue
-                if name == "eager" and batch > 16:
-                    continue
-                # the draft model's K = 0, 4 and auto, and at B = 1 the feature head's; the
-                # parallel draft's decoder times its K = 4, 8 and auto at B = 1
-                methods = [BASELINE, Method("draft_model", 4)]
-                if name == "parallel":
-                    if batch > 1:
-                        continue
-                    methods = [BASELINE, *(Method("parallel", k) for k in (4, 8, "auto"))]
-                if name != "eager" and batch < 64:
-                    methods.append(Method("draft_model", "auto"))
-                if batch == 1 and decoder.head is not None:
-                    methods += [Method("feature_head", 4), Method("feature_head", "auto")]
-                specs = {m.label: m.spec("auto") for m in methods}
-                warm_up(decoder, rows, list(specs.values()), temperature)  # compile, capture
-                results = {label: [] for label in specs}
-                rotations = 1 if name == "eager" else ROTATIONS
-                for r in range(rotations):
-                    for label, spec in specs.items():
-                        seed = 1000 * (r + 1)
-                        stats, _ = decode(
-                            decoder, spec, rows, temperature, SPEED_NEW_TOKENS, seed, batch
-                        )
-                        results[label].append(stats)
-                compiled = name != "eager"
-                for m in methods:
-                    stats, base = results[m.label], results[BASELINE.label]
-                    tok_s = statistics.median(s.tokens_per_second for s in stats)
-                    ms = statistics.median(1000 * s.round_time for s in stats)
-                    per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
-                    ratios = [s.speedup_over(b) for s, b in zip(stats, base)]
-                    floor = "-"
-                    if name == "compiled" and isinstance(m.k, int) and m.proposer == "draft_model":
-                        floor = f"{replay_floor(decoder, batch, m.k):.3f}"
-                    report.add(
-                        f"| {name} | {batch} | {temperature:g} | {m.label} | {tok_s:.0f} | "
-                        f"{ms:.2f} | {floor} | {per_round:.2f} | "
-                        f"{format_spread(spread(ratios)) if m.k else '-'} | "
-                        f"{captures(decoder, batch) if compiled else '-'} |"
-                    )
+    for (name, decoder), batch, temperature in itertools.product(decoders, batches, (0.0, 1.0)):
+        if time.perf_counter() > deadline:
+            report.add(f"| {name} | {batch} | {temperature:g} | skipped: time budget |")
+            continue
+        if (name == "eager" and batch > 16) or (name == "parallel" and batch > 1):
+            continue
+        # the draft model's K = 0, 4 and auto (auto neither eager nor at B = 64), and at B = 1
+        # the feature head's; the parallel draft's decoder times its K = 4, 8 and auto at B = 1
+        methods = [BASELINE, Method("draft_model", 4)]
+        if name == "parallel":
+            methods = [BASELINE, *(Method("parallel", k) for k in (4, 8, "auto"))]
+        if name != "eager" and batch < 64:
+            methods.append(Method("draft_model", "auto"))
+        if batch == 1 and decoder.head is not None:
+            methods += [Method("feature_head", 4), Method("feature_head", "auto")]
+        rows = [tokenizer.encode(prompts[i % len(prompts)]) for i in range(batch)]
+        specs = {m.label: m.spec("auto") for m in methods}
+        warm_up(decoder, rows, list(specs.values()), temperature)  # compile, capture
+        results = {label: [] for label in specs}
+        for r in range(1 if name == "eager" else ROTATIONS):
+            seed = 1000 * (r + 1)
+            for label, spec in specs.items():
+                stats, _ = decode(decoder, spec, rows, temperature, SPEED_NEW_TOKENS, seed, batch)
+                results[label].append(stats)
+        for m in methods:
+            stats, base = results[m.label], results[BASELINE.label]
+            tok_s = statistics.median(s.tokens_per_second for s in stats)
+            ms = statistics.median(1000 * s.round_time for s in stats)
+            per_round = statistics.median(s.emitted / s.batch_rounds for s in stats)
+            ratios = [s.speedup_over(b) for s, b in zip(stats, base)]
+            floor = "-"
+            if name == "compiled" and isinstance(m.k, int) and m.proposer == "draft_model":
+                floor = f"{replay_floor(decoder, batch, m.k):.3f}"
+            report.add(
+                f"| {name} | {batch} | {temperature:g} | {m.label} | {tok_s:.0f} | "
+                f"{ms:.2f} | {floor} | {per_round:.2f} | "
+                f"{format_spread(spread(ratios)) if m.k else '-'} | "
+                f"{captures(decoder, batch) if name != 'eager' else '-'} |"
+            )
     report.add()
 
 
