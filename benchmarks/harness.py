@@ -32,7 +32,7 @@ from benchmarks.prompts import categories
 from benchmarks.steps import measure as measure_steps
 from benchmarks.summary import record
 from benchmarks.timing import machine
-from benchmarks.vllm_check import sample_nll, sampling_verdict
+from benchmarks.vllm_check import compare_ids, sample_nll, sampling_verdict
 from minispec.api import DEFAULT_DRAFT, default_draft, load_decoder
 from minispec.decode import SpeculativeDecoder
 from model import tokenizer
@@ -50,18 +50,12 @@ def rotate(decoders, methods, prompts: dict[str, list], temperature: float, args
     runs = {m.label: [] for m in methods}
     ids = {m.label: [] for m in methods}
     for r in range(args.rotations):
-        start = time.perf_counter()
+        start, seed = time.perf_counter(), 1000 * r
         for m in order.sample(methods, len(methods)):
             decoder, runs_r, ids_r = decoders[default_draft(m.proposer)], {}, {}
             for category, ps in prompts.items():
                 stats, ids_r[category] = decode(
-                    decoder,
-                    spec_of[m],
-                    ps,
-                    temperature,
-                    args.max_new_tokens,
-                    1000 * r,
-                    args.batch_size,
+                    decoder, spec_of[m], ps, temperature, args.max_new_tokens, seed, args.batch_size
                 )
                 runs_r[category] = record(stats)
             runs[m.label].append(runs_r)
@@ -77,12 +71,10 @@ def same_text(ids: list[dict], base: list[dict]) -> dict:
     equal, of, first = 0, 0, None
     for mine, theirs in zip(ids, base):
         for category, rows in mine.items():
-            for i, (x, y) in enumerate(zip(rows, theirs[category])):
-                of += 1
-                equal += x == y
-                if x != y and first is None:
-                    at = next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
-                    first = f"{category} prompt {i}, token {min(at, len(y))}"
+            n, where = compare_ids(rows, theirs[category])
+            equal, of = equal + n, of + len(rows)
+            if where and first is None:
+                first = f"{category} {where}"
     return {"equal": equal, "of": of, "first_difference": first}
 
 
