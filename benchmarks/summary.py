@@ -55,12 +55,8 @@ def record(stats: DecodeStats) -> dict:
 
 def rotation_stats(rotations: list[dict], categories: list[str]) -> list[DecodeStats]:
     """Per rotation, the stats of the categories read, summed."""
-    return [
-        summed(
-            [DecodeStats(**r[c]) for c in categories], r[categories[0]]["num_speculative_tokens"]
-        )
-        for r in rotations
-    ]
+    k = rotations[0][categories[0]]["num_speculative_tokens"]
+    return [summed([DecodeStats(**r[c]) for c in categories], k) for r in rotations]
 
 
 def rate(stats: list[DecodeStats]) -> float:
