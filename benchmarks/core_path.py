@@ -60,31 +60,29 @@ def is_code(text: list[str], docstrings: set[int], line: int) -> bool:
     return line not in docstrings and text[line - 1].strip()[:1] not in ("", "#")
 
 
-def code_lines(source: str) -> dict[int, tuple[str, int]]:
-    """For each function in `source`: the first line of its `def` and of each decorator (what a
-    code object's co_firstlineno may be) -> (its name, its code lines)."""
+def code_lines(source: str) -> tuple[int, dict[int, tuple[str, int]]]:
+    """The code lines of `source`, and for each function in it: the first line of its `def`
+    and of each decorator (what a code object's co_firstlineno may be) -> (its name, its code
+    lines)."""
     tree = ast.parse(source)
     docstrings, text = docstring_lines(tree), source.splitlines()
+
+    def count(first: int, last: int) -> int:
+        return sum(is_code(text, docstrings, i) for i in range(first, last + 1))
+
     functions = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines = range(node.lineno, node.end_lineno + 1)
-            count = sum(is_code(text, docstrings, i) for i in lines)
+            lines = count(node.lineno, node.end_lineno)
             for start in [node.lineno] + [d.lineno for d in node.decorator_list]:
-                functions[start] = (node.name, count)
-    return functions
+                functions[start] = (node.name, lines)
+    return count(1, len(text)), functions
 
 
 def library_lines() -> int:
     """Code lines in every library file (minispec/commands/ left out), run or not."""
-    total = 0
-    for package in LIBRARY:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if in_library(str(path)):
-                source = path.read_text(encoding="utf-8")
-                docstrings, text = docstring_lines(ast.parse(source)), source.splitlines()
-                total += sum(is_code(text, docstrings, i) for i in range(1, len(text) + 1))
-    return total
+    paths = [path for package in LIBRARY for path in sorted((ROOT / package).rglob("*.py"))]
+    return sum(code_lines(p.read_text(encoding="utf-8"))[0] for p in paths if in_library(str(p)))
 
 
 def measure(max_new_tokens: int = 24) -> CorePath:
@@ -121,7 +119,7 @@ def measure(max_new_tokens: int = 24) -> CorePath:
         raise RuntimeError(f"the decode failed (exit code {code}) or never sampled")
     per_function = {}
     for filename in sorted({f for f, _ in called}):
-        functions = code_lines(Path(filename).read_text(encoding="utf-8"))
+        _, functions = code_lines(Path(filename).read_text(encoding="utf-8"))
         relative = Path(filename).relative_to(ROOT).as_posix()
         for first in sorted({line for f, line in called if f == filename}):
             if first in functions:  # a lambda, a comprehension or a class body is not counted
