@@ -71,10 +71,8 @@ def threads_label(threads: int) -> str:
 
 
 def minispec_setting(k: int | str, threads: int) -> Setting:
-    kind = "auto" if k == "auto" else f"K = {k}"
-    return Setting(
-        f"minispec {kind}, {threads_label(threads)}", spec=SpeculativeConfig(k), threads=threads
-    )
+    name = f"minispec {'auto' if k == 'auto' else f'K = {k}'}, {threads_label(threads)}"
+    return Setting(name, spec=SpeculativeConfig(k), threads=threads)
 
 
 def settings(thread_counts: list[int]) -> list[Setting]:
@@ -135,11 +133,10 @@ def summarize(runs: dict[str, list[dict]], exact: set[str], thread_counts: list[
         else:
             s["exact"] = name in exact
         out["settings"][name] = s
-    best = max(
+    out["best_exact_vllm"] = best = max(
         (s.name for s in VLLM_SETTINGS if s.name in exact),
         key=lambda n: out["settings"][n]["tokens_per_s"]["median"],
     )
-    out["best_exact_vllm"] = best
     for t in thread_counts:
         auto = runs[minispec_setting("auto", t).name]
         k0 = runs[minispec_setting(0, t).name]
@@ -213,11 +210,19 @@ SETTINGS_HEADER = (
     "| B | T | setting | tok/s, whole calls | tok/s per CPU-second | CPU-seconds per second | "
     "tok/s, rounds only |\n|---|---|---|---|---|---|---|"
 )
+# The ratios table's columns, as summarize names them.
+RATIOS = ("auto_over_best_vllm", "auto_over_best_vllm_per_cpu_s", "auto_over_k0")
+RATIOS += ("auto_over_k0_rounds",)
 RATIOS_HEADER = (
     "| B | T | minispec's rounds on | vLLM's best exact mode | auto / it, per second | "
     "auto / it, per CPU-second | auto / own K = 0, whole calls | auto / own K = 0, rounds only |"
     "\n|---|---|---|---|---|---|---|---|"
 )
+
+
+def table_line(row: dict, cells: list[str]) -> str:
+    """A line of a table of points: the point's B and T, then `cells`."""
+    return "| " + " | ".join([str(row["B"]), f"{row['temperature']:g}", *cells]) + " |"
 
 
 def format_settings(row: dict) -> list[str]:
@@ -226,35 +231,19 @@ def format_settings(row: dict) -> list[str]:
     for name, s in row["settings"].items():
         mark = " (not exact)" if s.get("exact") is False else ""
         rounds = s.get("rounds_tokens_per_s")
-        cells = [
-            str(row["B"]),
-            f"{row['temperature']:g}",
-            name + mark,
-            format_spread(s["tokens_per_s"], "", 0),
-            format_spread(s["tokens_per_cpu_s"], "", 0),
-            format_spread(s["cpu_s_per_s"], ""),
-            format_spread(rounds, "", 0) if rounds else "-",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = [name + mark, format_spread(s["tokens_per_s"], "", 0)]
+        cells += [format_spread(s["tokens_per_cpu_s"], "", 0), format_spread(s["cpu_s_per_s"], "")]
+        lines.append(table_line(row, [*cells, format_spread(rounds, "", 0) if rounds else "-"]))
     return lines
 
 
 def format_ratios(row: dict) -> list[str]:
     """The point's rows of the ratios table, one per minispec thread count."""
-    lines = []
-    for t, r in row["minispec"].items():
-        cells = [
-            str(row["B"]),
-            f"{row['temperature']:g}",
-            threads_label(int(t)),
-            row["best_exact_vllm"].removeprefix("vLLM "),
-            format_spread(r["auto_over_best_vllm"]),
-            format_spread(r["auto_over_best_vllm_per_cpu_s"]),
-            format_spread(r["auto_over_k0"]),
-            format_spread(r["auto_over_k0_rounds"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    best = row["best_exact_vllm"].removeprefix("vLLM ")
+    return [
+        table_line(row, [threads_label(int(t)), best, *(format_spread(r[key]) for key in RATIOS)])
+        for t, r in row["minispec"].items()
+    ]
 
 
 def format_point(row: dict) -> list[str]:
@@ -379,8 +368,7 @@ def decoders_per_thread_count(decoder: SpeculativeDecoder, threads: int) -> dict
 def vllm_section(decoder, texts, args, path: Path) -> dict | str:
     """Part 7: start both engines, measure every point, write `path`; or, without the vLLM
     environment, one line saying why not."""
-    python = Path(args.vllm_python)
-    python = python if python.is_absolute() else ROOT / python
+    python = ROOT / args.vllm_python  # an absolute path stays as it is
     if not python.exists():
         note = f"vLLM rows skipped: {args.vllm_python} not found (make vllm-check builds it)"
         print(f"  {note}", flush=True)
