@@ -3,14 +3,14 @@
 1. Steps (steps.py): each model's forward timed alone, for c and against its memory floor.
 2. Rotations, at each temperature: every method of methods.py once over every prompt of every
    category (prompts.py), in an order shuffled anew each rotation (seeded), after an untimed
-   warm-up that builds or loads every graph. B = 1 decodes each prompt as its own request;
-   --batch-size B decodes each category's prompts (cycled to fill) B rows at a time.
-3. Correctness, from the same runs: at T = 0 each method's tokens against K = 0's, prompt by
-   prompt; at T > 0 the target's mean log-likelihood per token of each method's samples from
-   the first rotation, against K = 0's (Welch's z, as `make vllm-check` compares engines).
+   warm-up that builds or loads every graph. --batch-size B decodes each category's prompts
+   (cycled to fill) B rows at a time.
+3. Correctness, from the same runs: at T = 0 each method's tokens against K = 0's; at T > 0
+   the target's mean log-likelihood of each method's first-rotation samples against K = 0's
+   (Welch's z, as `make vllm-check` compares engines).
 4. OUT/bench.json holds the raw counts, from which summary.py and tables.py compute every
-   figure; OUT/bench.md the tables. Both are written after each temperature, and with the
-   default --out the README's results block too.
+   figure; OUT/bench.md the tables, with the default --out the README's block too; all written
+   after each temperature.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The harness's prompts: five categories, none of them from the training corpus.
 
 The corpus is the standard library's sources minus its held-out files
-(minispec/commands/corpus.py), so every category is text the pair never trained on:
-
-- stdlib: 300-byte cuts of the held-out files, code in the corpus's own style;
-- packages: 300-byte cuts of installed third-party packages' sources (PACKAGES; a package that
-  is not installed is skipped), a third of the way into a file, at a line start;
-- edits: a function of such a source, a blank line, then its first line again with the name
-  changed: continuing means copying the body, where the lookup proposers should win;
-- docstrings: 300 bytes of such a source ending two lines into a docstring or a block of
-  comments, so that the continuation is prose;
-- non-ASCII: short texts written for this benchmark (non_ascii.txt): code with identifiers,
-  strings, comments and docstrings in German, French, Spanish, Russian, Greek, Japanese and
-  Chinese, and symbols.
-
-The picks are deterministic: sorted files, spread evenly, round robin over the packages.
+(minispec/commands/corpus.py), so every category is text the pair never trained on: stdlib
+(cuts of the held-out files), packages (cuts of installed third-party sources, PACKAGES),
+edits (a function, then its first line renamed: continuing means copying, where the lookup
+proposers should win), docstrings (cuts that end in prose) and non-ASCII (non_ascii.txt,
+written for this benchmark). docs/benchmarks.md describes each. The picks are deterministic:
+sorted files, spread evenly, round robin over the packages.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """From the harness's raw runs to its rows: one pooled baseline, speedups and their intervals.
 
 A run's raw record (bench.json) holds, per temperature, method and rotation, one DecodeStats'
-counts per prompt category. Everything a table prints is computed here from those records, so
-that a table can be remade from the file (the README's headline is checked that way).
+counts per prompt category. Every figure a table prints is computed here from those records,
+so that a table can be remade from the file (the README's headline is checked that way).
 
-- The baseline: K = 0's tokens over its decode seconds, pooled over every rotation and the
-  categories read (one number per run and category set).
-- A row's speedup in a rotation: its tok/s in that rotation over the pooled baseline; the
-  row's speedup is the median over rotations.
-- Its 95 % interval: a percentile bootstrap over rotations. Each resample draws rotations with
-  replacement and takes the row's runs and K = 0's from the same rotations (a rotation's runs
-  ran minutes apart, in one shuffled order), recomputes the pooled baseline and the median.
-- τ (tokens per target forward, the bonus token included), α and per-position acceptance come
-  from the counts summed over every rotation and category read.
+One baseline, K = 0's tokens over its decode seconds pooled over every rotation and category
+read: a baseline timed apart for each row drifts on a shared machine. A row's speedup is the
+median over rotations of its tok/s over it; its 95 % interval a percentile bootstrap over
+rotations, each resample taking the row's runs and K = 0's from the same rotations (a
+rotation's runs ran minutes apart, in one shuffled order). τ, α and per-position acceptance
+come from the counts summed over every rotation and category read.
 """
 
 from __future__ import annotations
