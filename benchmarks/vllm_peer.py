@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -219,9 +220,7 @@ class VLLMEngine:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for f in self.dir.iterdir():
-            f.unlink()
-        self.dir.rmdir()
+        shutil.rmtree(self.dir)
 
     def __enter__(self) -> VLLMEngine:
         return self
