@@ -58,10 +58,6 @@ def spread_files(packages: list[list[Path]], count: int, offset: int) -> list[Pa
     return picks
 
 
-def read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
 def package_cut(text: str) -> str | None:
     """LENGTH characters from the first line start a third of the way in."""
     start = text.find("\n", len(text) // 3) + 1
@@ -69,17 +65,17 @@ def package_cut(text: str) -> str | None:
     return cut if len(cut) == LENGTH else None
 
 
-def parsed(text: str) -> ast.Module | None:
+def parsed(text: str) -> ast.Module:
     try:
         return ast.parse(text)
-    except SyntaxError:  # a source for another Python version
-        return None
+    except SyntaxError:  # a source for another Python version: nothing to find in it
+        return ast.Module(body=[], type_ignores=[])
 
 
 def edit(text: str) -> str | None:
     """The first function of 3+ lines and at most EDIT_MAX characters, a blank line, and its
     `def` line again with the name changed."""
-    for node in ast.walk(parsed(text) or ast.Module(body=[], type_ignores=[])):
+    for node in ast.walk(parsed(text)):
         if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno >= 2:
             source = ast.get_source_segment(text, node, padded=True)
             if source and len(source) <= EDIT_MAX and not node.decorator_list:
@@ -97,7 +93,7 @@ def prose_starts(text: str) -> list[int]:
         if all(line.strip().startswith("#") for line in lines[i : i + 3])
         and not lines[i - 1].strip().startswith("#")
     ]
-    for node in ast.walk(parsed(text) or ast.Module(body=[], type_ignores=[])):
+    for node in ast.walk(parsed(text)):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
             value = body[0].value
@@ -127,7 +123,7 @@ def from_packages(make, count: int, offset: int) -> list[str]:
     for path in spread_files(packages, 8 * count, offset):
         if len(prompts) == count:
             break
-        prompt = make(read(path))
+        prompt = make(path.read_text(encoding="utf-8", errors="replace"))
         if prompt and prompt not in prompts:
             prompts.append(prompt)
     return prompts
