@@ -186,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from model.tokenizer import EOS_TOKEN_ID
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    texts = held_out_prompts(args.prompts)
-    prompts = [tokenizer.encode(t) for t in texts]
+    prompts = [tokenizer.encode(t) for t in held_out_prompts(args.prompts)]
     sampled = [p for _ in range(args.samples) for p in prompts]
     with tempfile.TemporaryDirectory(prefix="minispec-export-") as folder:
         export = [sys.executable, "-m", "minispec", "export", folder, "--dtype", args.dtype]
@@ -219,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             "nll": sample_nll(decoder.target, sampled, clean(run["sampled"])),
         }
     lines, verdicts = check_table(rows, "vLLM target-only")
-    samples_file = Path(args.out).with_suffix(".json")
-    samples_file.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    samples_file = out.with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     samples_file.write_text(json.dumps({label: row["nll"] for label, row in rows.items()}))
     probe = info["plain"]
     tokenizer_ok = probe["tokenizer_ids"] == tokenizer.encode(probe["probe"])
@@ -251,16 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     print(f"wrote {out}")
     ok = tokenizer_ok and greedy_ok and export_ok and (sampling_ok or not args.strict_sampling)
-    print(
-        "vllm-check: "
-        + ("ok" if ok else "FAILED")
-        + ("" if sampling_ok else " (a vLLM speculative mode's T = 1 samples differ; see table)")
-    )
+    note = "" if sampling_ok else " (a vLLM speculative mode's T = 1 samples differ; see table)"
+    print(f"vllm-check: {'ok' if ok else 'FAILED'}{note}")
     return 0 if ok else 1
 
 
