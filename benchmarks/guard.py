@@ -120,29 +120,20 @@ def measure(pairs: int) -> dict:
     start = time.perf_counter()
     decoder = load_decoder(device="cpu", compile="aot")
     prompts = {"held out": [tokenizer.encode(t) for t in held_out_prompts(PROMPTS)]}
-    report = {
-        "command": COMMAND,
-        "machine": machine(torch.device("cpu"), THREADS),
-        **commit(),
-        "compile_mode": "aot",
-        "batch_size": 1,
-        "threads": THREADS,
-        "prompts": PROMPTS,
-        "max_new_tokens": MAX_NEW_TOKENS,
-        "pairs": pairs,
-        "settings": {},
-    }
+    report = {"command": COMMAND, "machine": machine(torch.device("cpu"), THREADS), **commit()}
+    report.update(compile_mode="aot", batch_size=1, threads=THREADS, prompts=PROMPTS)
+    report.update(max_new_tokens=MAX_NEW_TOKENS, pairs=pairs, settings={})
     args = SimpleNamespace(draft_sample_method="auto", batch_size=1, seed=0, rotations=pairs)
     args.max_new_tokens = MAX_NEW_TOKENS
-    temperatures = sorted({t for t, _ in SETTINGS})
+    # each temperature's settings, in SETTINGS's order
+    at = {t: [Method("draft_model", k) for u, k in SETTINGS if u == t] for t, _ in SETTINGS}
     # Build (or load) every graph first, so that the time to build them, which only a cold
     # cache pays, is reported apart from the time the rotations take.
-    for temperature in temperatures:
-        specs = [Method("draft_model", k).spec("auto") for t, k in SETTINGS if t == temperature]
-        warm_up(decoder, prompts["held out"][:1], [BASELINE.spec("auto"), *specs], temperature)
+    for temperature, methods in at.items():
+        specs = [m.spec("auto") for m in (BASELINE, *methods)]
+        warm_up(decoder, prompts["held out"][:1], specs, temperature)
     report["graphs_s"] = round(time.perf_counter() - start, 1)
-    for temperature in temperatures:
-        methods = [Method("draft_model", k) for t, k in SETTINGS if t == temperature]
+    for temperature, methods in at.items():
         runs, _ = rotate({DEFAULT_DRAFT: decoder}, [BASELINE, *methods], prompts, temperature, args)
         base = rotation_stats(runs[BASELINE.label], list(prompts))
         for m in methods:
@@ -150,16 +141,10 @@ def measure(pairs: int) -> dict:
             ratios = [s.tokens_per_second / b.tokens_per_second for s, b in zip(stats, base)]
             total = summed(stats, m.k)
             name = setting_name(temperature, m.k)
-            report["settings"][name] = {
-                "temperature": temperature,
-                "K": m.k,
-                "speedup": spread(ratios),
-                "pairs": pairs,
-                "tokens_per_s": rate(stats),
-                "alpha": total.alpha,
-                "k_histogram": dict(total.k_histogram),
-            }
-            print(f"  {name:<12} {format_spread(report['settings'][name]['speedup'])}", flush=True)
+            row = dict(temperature=temperature, K=m.k, speedup=spread(ratios), pairs=pairs)
+            row.update(tokens_per_s=rate(stats), alpha=total.alpha)
+            report["settings"][name] = row | {"k_histogram": dict(total.k_histogram)}
+            print(f"  {name:<12} {format_spread(row['speedup'])}", flush=True)
     report["wall_s"] = round(time.perf_counter() - start, 1)
     return report
 
