@@ -331,21 +331,18 @@ def render(report: dict, command: str) -> str:
         + ", ".join(f"{n} {v:.0f}" for n, v in report["vllm"]["startup_s"].items())
         + ".",
     ]
-    sampled = [r for r in rows if r["sample_scores"]]
-    if sampled:
+    scores = []
+    for r in rows:
+        each = [
+            f"{n} {v['mean_nll']:.2f}" + ("" if v["agrees"] else " (differs from target-only)")
+            for n, v in r["sample_scores"].items()
+        ]
+        if each:
+            scores.append(f"B = {r['B']}, T = {r['temperature']:g}: " + ", ".join(each))
+    if scores:
         lines.append(
             "\nT > 0 samples under minispec's target (nats/token, mean over every rotation's "
-            "samples): "
-            + "; ".join(
-                f"B = {r['B']}, T = {r['temperature']:g}: "
-                + ", ".join(
-                    f"{n} {v['mean_nll']:.2f}"
-                    + ("" if v["agrees"] else " (differs from target-only)")
-                    for n, v in r["sample_scores"].items()
-                )
-                for r in sampled
-            )
-            + "."
+            f"samples): {'; '.join(scores)}."
         )
     return "\n".join(lines) + "\n"
 
@@ -382,24 +379,20 @@ def vllm_section(decoder, texts, args, path: Path) -> dict | str:
         "prompts": len(texts),
         "max_new_tokens": args.max_new_tokens,
     }
-    with tempfile.TemporaryDirectory(prefix="minispec-export-") as folder:
+    with tempfile.TemporaryDirectory(prefix="minispec-export-") as tmp:
+        folder = Path(tmp)
         for role, model in (("target", decoder.target), ("draft", decoder.draft)):
-            export_folder(model, Path(folder) / role, torch.float32)
+            export_folder(model, folder / role, torch.float32)
         engines = {}
         try:
             for s in VLLM_SETTINGS:
-                mode = s.vllm_mode
-                engines[mode] = VLLMEngine(
-                    str(python), Path(folder), mode, VLLM_K, prefix_caching=False
-                )
-                engines[mode].pause()
-                print(f"  vLLM {mode}: engine ready in {engines[mode].startup_s:.0f} s", flush=True)
+                engine = VLLMEngine(str(python), folder, s.vllm_mode, VLLM_K, prefix_caching=False)
+                engines[s.vllm_mode] = engine
+                engine.pause()
+                print(f"  vLLM {s.vllm_mode}: engine ready in {engine.startup_s:.0f} s", flush=True)
             info = engines["plain"].info
-            report["vllm"] = {
-                "version": info["vllm"],
-                "device": info["device"],
-                "startup_s": {m: e.startup_s for m, e in engines.items()},
-            }
+            startup = {m: e.startup_s for m, e in engines.items()}
+            report["vllm"] = dict(version=info["vllm"], device=info["device"], startup_s=startup)
             path.parent.mkdir(parents=True, exist_ok=True)
 
             def write(rows: list[dict]) -> None:  # after each point: a stopped run keeps its rows
