@@ -42,22 +42,16 @@ def setting_name(temperature: float, k: int | str) -> str:
     return f"T={temperature:g} K={k}"
 
 
-def fell(reference: dict, new: dict) -> bool:
-    """Whether the new speedups lie wholly below the reference's: new max < reference min.
-    Both are spread() dicts (median, min, max)."""
-    return new["max"] < reference["min"]
-
-
 def compare(reference: dict | None, new: dict) -> list[dict]:
     """One line per setting of the new run: {"setting", "reference", "new", "fell"}, where
-    "reference" is None for a setting the reference lacks (it cannot fall) and "fell" is the
-    rule of fell(). reference and new are guard.json's dicts (their "settings" are read)."""
+    "reference" is None for a setting the reference lacks (it cannot fall), and a setting fell
+    when its new max < the reference's min (the rule). reference and new: guard.json's dicts."""
     known = (reference or {}).get("settings", {})
     lines = []
     for name, row in new["settings"].items():
-        ref = known[name]["speedup"] if name in known else None
-        line = {"setting": name, "reference": ref, "new": row["speedup"]}
-        lines.append(line | {"fell": ref is not None and fell(ref, row["speedup"])})
+        ref, speedup = known.get(name, {}).get("speedup"), row["speedup"]
+        line = {"setting": name, "reference": ref, "new": speedup}
+        lines.append(line | {"fell": ref is not None and speedup["max"] < ref["min"]})
     return lines
 
 
@@ -100,9 +94,8 @@ def commit() -> dict:
 
 
 def measure(pairs: int) -> dict:
-    """Every setting of SETTINGS against K = 0, as guard.json's dict: at each temperature the
-    harness's rotations (benchmarks/harness.py) of K = 0 and that temperature's settings, and
-    each setting's speedup per rotation over the K = 0 run of the same rotation."""
+    """Every setting of SETTINGS against K = 0, as guard.json's dict, in the harness's
+    rotations (the module's docstring says how)."""
     from types import SimpleNamespace
 
     import torch
