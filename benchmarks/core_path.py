@@ -1,14 +1,12 @@
 """The core path: how much library code a reader follows through one plain decode.
 
-    python -m benchmarks.core_path [--max-new-tokens 24] [--functions] [--json]
-
-Runs `minispec decode --no-compile -k 4 --temperature 1` in this process under sys.setprofile
-and reports, for the library (minispec/, model/, sampling/; minispec/commands/ left out, as the
-command line's own), the code lines of every function the decode called (lines that are not
-blank, not comments, not docstrings; a function counts once, however often it ran), the files
-they lie in, and the call frames from the CLI's entry (`cli.main`, counted) to the first
-`rejection_sample` (counted), and the library's code lines in all, run or not.
-tests/test_core_size.py holds the first three below their bounds.
+`python -m benchmarks.core_path` runs `minispec decode --no-compile -k 4 --temperature 1` in
+this process under sys.setprofile and reports, for the library (minispec/, model/, sampling/;
+minispec/commands/ left out, as the command line's own), the code lines of every function the
+decode called (lines that are not blank, not comments, not docstrings; a function counts once,
+however often it ran), the files they lie in, and the call frames from the CLI's entry
+(`cli.main`, counted) to the first `rejection_sample` (counted), and the library's code lines in
+all, run or not. tests/test_core_size.py holds the first three below their bounds.
 """
 
 from __future__ import annotations

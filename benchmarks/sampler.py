@@ -1,10 +1,9 @@
 """The rejection sampler against itself uncompiled, the plain reference and the hardware floor.
 
-    python -m minispec bench-sampler [--out results] [--device cpu] [--repeats 7]   # flags.py
-
-For each size (B, K, V) and draft kind (one-hot, probabilistic, and probabilistic verified
-with method="block") it times, warm, as the median of --repeats calls taken in turns
-(benchmarks/timing.py), so that load from other processes falls on all of them alike:
+`minispec bench-sampler` (its flags: flags.py). For each size (B, K, V) and draft kind (one-hot,
+probabilistic, and probabilistic verified with method="block") it times, warm, as the median of
+--repeats calls taken in turns (benchmarks/timing.py), so that load from other processes falls
+on all of them alike:
 - compiled: sampling.rejection_sample, the default torch.compile(fullgraph=True) path;
 - eager: the same tensor code run without compiling (compiled=False);
 - plain: sampling.reference, the loop that reads like Algorithm 1 (small sizes only);
@@ -119,12 +118,12 @@ def goals(rows: list[dict]) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     m = report["machine"]
-    load = (
-        f" Load average {m['load_average_at_start']} at the start and "
-        f"{m['load_average_at_end']} at the end: other processes shared the machine."
-        if "load_average_at_start" in m
-        else ""
-    )
+    load = ""
+    if "load_average_at_start" in m:
+        load = (
+            f" Load average {m['load_average_at_start']} at the start and "
+            f"{m['load_average_at_end']} at the end: other processes shared the machine."
+        )
     lines = [
         "# Sampler benchmark\n",
         f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
@@ -134,11 +133,8 @@ def render_markdown(report: dict) -> str:
         "Inductor's on-disk cache.\n",
     ]
     for run in report["runs"]:
-        lines += [
-            f"## {run['threads']} thread{'s' if run['threads'] > 1 else ''}\n",
-            HEADER,
-            "|" + "---|" * 11,
-        ]
+        title = f"## {run['threads']} thread{'s' if run['threads'] > 1 else ''}\n"
+        lines += [title, HEADER, "|" + "---|" * 11]
         lines += [format_row(r) for r in run["rows"]]
         lines += [""] + [f"- {g}" for g in run["goals"]] + [""]
     return "\n".join(lines)
