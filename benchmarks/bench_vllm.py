@@ -118,9 +118,8 @@ def paired(a: list[dict], b: list[dict], clock: str) -> dict:
 
 
 def summarize(runs: dict[str, list[dict]], exact: set[str], thread_counts: list[int]) -> dict:
-    """Per setting, tok/s, tok/s per CPU-second, CPU-seconds per second and (minispec) tok/s of
-    the rounds alone, over the rotations (median, min, max); per thread count, the ratios the
-    goals name, each paired within a rotation."""
+    """Per setting, the spread over rotations of tok/s, tok/s per CPU-second, CPU-seconds per
+    second and (minispec) rounds-only tok/s; per thread count, the ratios RATIOS names."""
     out: dict = {"settings": {}, "minispec": {}}
     for name, rs in runs.items():
         s = {
@@ -273,9 +272,8 @@ def verdict(s: dict, least: float) -> str:
 
 
 def goal_lines(rows: list[dict]) -> list[str]:
-    """The goals table: one line per goal, measured point and minispec thread count (a goal
-    with no T of its own is read at every T measured); goals whose point was not measured are
-    left out."""
+    """The goals table: a line per goal, measured point and minispec thread count (a goal with
+    no T of its own is read at every T measured); unmeasured points are left out."""
     lines = [
         "| goal | B | T | minispec's rounds on | measured | met? |",
         "|---|---|---|---|---|---|",

@@ -12,13 +12,12 @@ vLLM mode runs in its own child process (benchmarks.vllm_peer), one engine at a 
    scores them: the mean negative log-likelihood per sampled token, in nats. An exact sampler
    draws from the target's own distribution, so each mode's mean must agree with vLLM
    target-only sampling's within the noise (`sampling_verdict`).
-4. Prints one table and writes it, with the command, to --out; each sample's score goes to the
-   same path with .json.
+4. Prints one table and writes it to --out, each sample's score beside it (.json).
 
 Exit 0 when the tokenizers agree, every T = 0 run equals minispec's K = 0, and vLLM target-only
 sampling agrees with minispec's: the export is then right at T = 0 and at T = 1. A vLLM
-speculative mode whose T = 1 samples disagree with vLLM target-only sampling is marked in the
-table; it fails the check (exit 1) only with --strict-sampling.
+speculative mode whose T = 1 samples disagree with target-only's is marked in the table, and
+fails the check (exit 1) only with --strict-sampling.
 """
 
 from __future__ import annotations

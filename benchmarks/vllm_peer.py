@@ -1,15 +1,11 @@
 """vLLM on the exported pair, driven from another process: the engine side and the caller side.
 
 vLLM lives in its own virtual environment (its CPU build pins torch and pulls packages minispec
-does not want), so minispec talks to it through a child process running this module:
-
-    VLLM_PYTHON -m benchmarks.vllm_peer --folder EXPORT_DIR --mode plain|draft_model|ngram
-
-The child builds one `vllm.LLM` (timed: the engine's start-up), then reads one JSON job per line
-on stdin and writes each answer to the file the job names, then prints `DONE_MARK` and the job's
-id: vLLM's own logging may share stdout, so no answer travels there. An answer holds the token
-ids of every prompt, the wall seconds of `generate` and the CPU seconds of the child and all its
-processes (vLLM runs its engine core in a process of its own). `VLLMEngine` is the caller's side.
+does not want), so minispec talks to it through a child process running this module
+(`VLLM_PYTHON -m benchmarks.vllm_peer --folder EXPORT_DIR --mode MODE`). The child builds one
+`vllm.LLM` (timed: the engine's start-up), then reads one JSON job per line on stdin, writes
+each answer to the file the job names and prints `DONE_MARK` and the job's id: vLLM's own
+logging may share stdout, so no answer travels there. `VLLMEngine` is the caller's side.
 
 Settings that make vLLM's CPU build run (the same code runs on a GPU with the CUDA build):
 `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache) set when unset, `max_model_len` 512 (the pair's
