@@ -90,19 +90,17 @@ def sample_nll(target, prompts: list[list[int]], samples: list[list[int]]) -> li
 
 
 def minispec_rows(decoder, prompts, sampled, max_new: int, k: int) -> dict[str, dict]:
-    """minispec K = 0 and K = k: greedy on `prompts`, sampled on `sampled` (seed SEED + i)."""
-    from minispec.params import SamplingParams, SpeculativeConfig
+    """minispec K = 0 and K = k, one call each: greedy on `prompts`, sampled on `sampled`
+    (row i seeded SEED + i)."""
+    from benchmarks.decoding import decode
+    from minispec.params import SpeculativeConfig
 
-    greedy = [SamplingParams(temperature=0.0, max_new_tokens=max_new) for _ in prompts]
-    params = [
-        SamplingParams(temperature=1.0, seed=SEED + i, max_new_tokens=max_new)
-        for i in range(len(sampled))
-    ]
+    def token_ids(k: int, rows: list[list[int]], temperature: float) -> list[list[int]]:
+        _, ids = decode(decoder, SpeculativeConfig(k), rows, temperature, max_new, SEED, len(rows))
+        return ids
+
     return {
-        f"K = {kk}": {
-            "greedy": decoder.generate(prompts, greedy, SpeculativeConfig(kk)).token_ids,
-            "sampled": decoder.generate(sampled, params, SpeculativeConfig(kk)).token_ids,
-        }
+        f"K = {kk}": {"greedy": token_ids(kk, prompts, 0.0), "sampled": token_ids(kk, sampled, 1.0)}
         for kk in (0, k)
     }
 
