@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from benchmarks.methods import BASELINE, METHODS, parse
+from benchmarks.methods import BASELINE, METHODS, Method, parse
 from benchmarks.prompts import CATEGORIES
 from minispec.commands.args import (
     OneLineParser,
@@ -29,14 +29,12 @@ COMPILE_MODES = {"aot": "aot", "jit": True, "eager": False}
 DEFAULT_OUT = "results"  # the run whose headline the README shows
 
 
-def method_list(text: str) -> str:
+def method_list(text: str) -> list[Method]:
     """An argparse type: --methods, a comma list of methods.parse's labels."""
-    for label in filter(None, text.split(",")):
-        try:
-            parse(label)
-        except ValueError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-    return text
+    try:
+        return [parse(label) for label in text.split(",") if label]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def bench_parser() -> OneLineParser:
@@ -100,8 +98,8 @@ def parse_bench(parser: OneLineParser, argv: list[str] | None) -> argparse.Names
     args.command = "make bench" + (f" ARGS='{shlex.join(argv)}'" if argv else "")
     args.temperatures = [float(t) for t in args.temperatures.split(",")]
     args.categories = args.categories.split(",")
-    asked = [parse(label) for label in args.methods.split(",") if label]
-    args.methods = [BASELINE, *(m for m in asked or METHODS if m.label != BASELINE.label)]
+    asked = args.methods or METHODS  # argparse passes the default "" through method_list too
+    args.methods = [BASELINE, *(m for m in asked if m.label != BASELINE.label)]
     return args
 
 
