@@ -241,11 +241,10 @@ def law(report) -> None:
     from minispec.commands import verify
 
     report.add("## 3. The law on CUDA (minispec verify --device cuda)\n")
+    argv = ["--device", "cuda", "--draws", "400000", "--rounds", "100000", "--loop-rows", "20000"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = verify.main(
-            ["--device", "cuda", "--draws", "400000", "--rounds", "100000", "--loop-rows", "20000"]
-        )
+        code = verify.main(argv)
     report.add("```\n" + out.getvalue().strip() + "\n```")
     if code:
         report.failures.append("minispec verify --device cuda")

@@ -53,9 +53,8 @@ def correctness_cell(report: dict, temperature: str, label: str) -> str:
 def histogram(row: dict) -> str:
     if not str(row["label"]).endswith(":auto"):
         return "-"
-    return " ".join(
-        f"{k}:{n}" for k, n in sorted(row["k_histogram"].items(), key=lambda kn: int(kn[0]))
-    )
+    counts = sorted(row["k_histogram"].items(), key=lambda kn: int(kn[0]))  # JSON's str keys
+    return " ".join(f"{k}:{n}" for k, n in counts)
 
 
 def method_table(report: dict, temperature: str) -> list[str]:
