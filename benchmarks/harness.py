@@ -78,21 +78,17 @@ def same_text(ids: list[dict], base: list[dict]) -> dict:
     return {"equal": equal, "of": of, "first_difference": first}
 
 
-def log_likelihoods(target, prompts: dict[str, list], ids: dict) -> dict[str, list[float]]:
-    """T > 0: per method, each first-rotation sample's mean negative log-likelihood under the
-    target (nats per token)."""
-    flat = [p for ps in prompts.values() for p in ps]
-    return {
-        label: sample_nll(target, flat, [s for c in prompts for s in runs[0][c]])
-        for label, runs in ids.items()
-    }
-
-
 def correctness(decoder, prompts, temperature, ids) -> dict:
+    """T = 0: same_text; T > 0: each method's first-rotation samples' mean log-likelihood under
+    the target (nats per token), against K = 0's."""
     base = ids[BASELINE.label]
     if temperature == 0:
         return {label: same_text(mine, base) for label, mine in ids.items()}
-    nll = log_likelihoods(decoder.target, prompts, ids)
+    flat = [p for ps in prompts.values() for p in ps]
+    nll = {
+        label: sample_nll(decoder.target, flat, [s for c in prompts for s in runs[0][c]])
+        for label, runs in ids.items()
+    }
     checks = {}
     for label, values in nll.items():
         checks[label] = {"log_likelihood": -statistics.fmean(values)}
