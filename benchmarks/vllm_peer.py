@@ -113,17 +113,10 @@ def serve(args: argparse.Namespace) -> None:
     import vllm
 
     probe = "def add(a, b):\n    return"
-    write_json(
-        args.ready_file,
-        {
-            "startup_s": time.perf_counter() - start,
-            "vllm": vllm.__version__,
-            "torch": torch.__version__,
-            "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "tokenizer_ids": llm.get_tokenizer().encode(probe),
-            "probe": probe,
-        },
-    )
+    info = dict(startup_s=time.perf_counter() - start, vllm=vllm.__version__)
+    info.update(torch=torch.__version__, device="cuda" if torch.cuda.is_available() else "cpu")
+    info.update(tokenizer_ids=llm.get_tokenizer().encode(probe), probe=probe)
+    write_json(args.ready_file, info)
     print(DONE_MARK, "ready", flush=True)
     for line in sys.stdin:
         job = json.loads(line)
