@@ -17,8 +17,7 @@ writes results/gpu/check.md as it goes, so a run cut short still leaves what it 
    K = 0, 4, 8 and auto), with tok/s, the round time beside the captured round's replay alone,
    the CUDA graph captures per (B, K), and each speedup over its own K = 0 as median (min-max)
    over the rotations.
-3. The law: `minispec verify --device cuda` (the compiled sampler's worked example, eq. (1),
-   block verification and the decode loop's sequence law, on the GPU).
+3. The law: `minispec verify --device cuda`, its checks of the sampler and the loop on the GPU.
 
 The run fails (exit 1) on a greedy difference that is not a near-tie or a failed law check.
 """
@@ -66,13 +65,8 @@ SPEED_NEW_TOKENS = 128
 ROTATIONS = 3
 
 
-def file_digest(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
-
-
 def pair_id(target: Path, draft: Path) -> str:
-    return f"{file_digest(target)}/{file_digest(draft)}"
+    return "/".join(hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in (target, draft))
 
 
 def greedy(decoder: SpeculativeDecoder, ids: list[int], k, max_new: int) -> list[int]:
@@ -230,10 +224,10 @@ def draft_steps(report, decoder) -> None:
     report.add("## 1b. Draft steps over a target step (compiled, B = 1)\n")
     c = measure(decoder, set(), {pass_width(4), pass_width(8)}, repeats=50)["c"]
     head = f"{c['head']['1']:.3f}" if "head" in c else "-"
+    one_pass = {k: c["draft"][str(pass_width(k))] for k in (4, 8)}
     report.add(
         f"draft model {c['draft']['1']:.3f}, feature head {head}; the parallel drafter's one "
-        f"pass at K = 4 {c['draft'][str(pass_width(4))]:.3f}, at K = 8 "
-        f"{c['draft'][str(pass_width(8))]:.3f}\n"
+        f"pass at K = 4 {one_pass[4]:.3f}, at K = 8 {one_pass[8]:.3f}\n"
     )
 
 
@@ -290,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     target_cpu, _ = load_pair(args.target, args.draft)
     # A pair each: a decoder that reallocates the KV caches for another batch size would
     # otherwise make the other recapture its graphs.
-    decoders = [
-        (name, cuda_decoder(args, mode)) for name, mode in (("eager", False), ("compiled", True))
-    ]
+    decoders = [("eager", cuda_decoder(args, False)), ("compiled", cuda_decoder(args, True))]
     if DEFAULT_PARALLEL_DRAFT.is_file():  # the parallel drafter beside the draft model, B = 1
         target = decoders[1][1].target
         parallel = load_checkpoint(DEFAULT_PARALLEL_DRAFT, "cuda")[0]
