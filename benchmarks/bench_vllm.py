@@ -167,8 +167,7 @@ def sample_scores(decoder, prompts, runs: dict[str, list[dict]]) -> dict:
 
 def measure(decoders, engines, texts, args, on_row) -> list[dict]:
     """Every (B, T) point: the settings in rotation, then the point's summary, handed to
-    on_row(rows) as soon as it is known. decoders: one per minispec thread count; args: the
-    bench's (temperatures, max_new_tokens, rotations)."""
+    on_row(rows) as soon as it is known. decoders: one per minispec thread count."""
     thread_counts = list(decoders)
     all_settings = settings(thread_counts)
     max_new, rows = args.max_new_tokens, []

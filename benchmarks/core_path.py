@@ -59,9 +59,8 @@ def is_code(text: list[str], docstrings: set[int], line: int) -> bool:
 
 
 def code_lines(source: str) -> tuple[int, dict[int, tuple[str, int]]]:
-    """The code lines of `source`, and for each function in it: the first line of its `def`
-    and of each decorator (what a code object's co_firstlineno may be) -> (its name, its code
-    lines)."""
+    """The code lines of `source`, and per function: the first line of its `def` and of each
+    decorator (what a code object's co_firstlineno may be) -> (its name, its code lines)."""
     tree = ast.parse(source)
     docstrings, text = docstring_lines(tree), source.splitlines()
 
