@@ -207,16 +207,12 @@ def main(argv: list[str]) -> int:
     print(f"reference: {path if reference else 'none yet'}", flush=True)
     new = measure(args.pairs)
     lines = compare(reference, new)
-    print(
-        f"speedup over K = 0, median (min-max); FELL: new max < reference min\n"
-        f"{format_comparison(lines)}"
-    )
+    print("speedup over K = 0, median (min-max); FELL: new max < reference min")
+    print(format_comparison(lines))
     for note in mismatches(reference, new) if reference else []:
         print(f"  note: the runs differ in {note}")
-    print(
-        f"guard run: {new['wall_s']:.0f} s, {new['graphs_s']:.0f} s of it loading or building "
-        "the graphs"
-    )
+    took = f"{new['wall_s']:.0f} s, {new['graphs_s']:.0f} s of it loading or building the graphs"
+    print(f"guard run: {took}")
     if args.update or reference is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(new, indent=2) + "\n")

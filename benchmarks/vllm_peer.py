@@ -220,9 +220,7 @@ class VLLMEngine:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--folder", type=Path, required=True, help="the export: FOLDER/target, FOLDER/draft"
-    )
+    p.add_argument("--folder", type=Path, required=True, help="the export: target/, draft/")
     p.add_argument("--mode", choices=MODES, required=True)
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     p.add_argument("--dtype", default="float32")
