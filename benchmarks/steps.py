@@ -1,12 +1,11 @@
 """One forward of each model, timed alone: the steps a round is made of, c, and a memory floor.
 
-Each model's forward over [1, T] tokens (B = 1, at position 320 of its cache, reading the
-slots a round reads there) is compiled as the decoder compiles its rounds and timed in turns
-with the others (benchmarks/timing.py): the target at 1 token and at each verify width K + 1,
-the draft model at 1 token and at each parallel pass's K, the feature head's step (its layer,
-then the target's LM head). c is a draft forward over the target's 1-token step, measured in
-the same process as the decode rows it prices. The floor is what a step must read, the weights
-and the live KV entries, over the read bandwidth of a large sum() measured in the same run.
+Each model's forward over [1, T] tokens (B = 1, at POSITION, reading the slots a round reads
+there) is compiled as the decoder compiles its rounds and timed in turns with the others: the
+target at 1 token and at each verify width K + 1, the draft model at 1 token and at each
+parallel pass's width, the feature head's step. c, measured in the same process as the decode
+rows it prices, is a draft forward over the target's 1-token step. The floor is what a step
+must read (weights, live KV entries) over the read bandwidth of a large sum() in the same run.
 """
 
 from __future__ import annotations
