@@ -77,8 +77,7 @@ def minispec_setting(k: int | str, threads: int) -> Setting:
 
 def settings(thread_counts: list[int]) -> list[Setting]:
     """Every setting of the rotation: vLLM's two, then minispec K = 0 and auto per thread count."""
-    ours = [minispec_setting(k, t) for t in thread_counts for k in (0, "auto")]
-    return [*VLLM_SETTINGS, *ours]
+    return [*VLLM_SETTINGS, *(minispec_setting(k, t) for t in thread_counts for k in (0, "auto"))]
 
 
 def rotation_order(all_settings: list[Setting], r: int) -> list[Setting]:

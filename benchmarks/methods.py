@@ -1,9 +1,8 @@
 """The methods the harness times, one row each: a proposer at a K (or "auto") with its options.
 
-Adding a row is one line in METHODS. A row that cannot run here (its proposer not registered,
-its checkpoint or the feature head missing) is left out of the run with a note, so the list may
-name what a checkout does not have yet. `--methods` picks rows by label, or asks for others:
-"draft_model:6", "tree:4:2" (a tree of depth 4 with 2 candidates at the first depth).
+Adding a row is one line in METHODS. A row that cannot run here (`unavailable`) is left out of
+the run with a note, so the list may name what a checkout does not have yet. `--methods` picks
+rows by label, or asks for others: "draft_model:6", "tree:4:2" (depth 4, 2 candidates first).
 
 Light: nothing here imports torch at the top, so that flags.py checks a label while parsing.
 """

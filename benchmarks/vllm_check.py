@@ -106,8 +106,7 @@ def minispec_rows(decoder, prompts, sampled, max_new: int, k: int) -> dict[str, 
 
 
 def vllm_rows(args, folder: Path, prompts, sampled) -> tuple[dict, dict]:
-    """Each vLLM mode of args.modes in its own engine, one after the other: greedy, then
-    sampled."""
+    """Each vLLM mode of args.modes in its own engine, one at a time: greedy, then sampled."""
     rows, info = {}, {}
     for mode in args.modes:
         print(f"vLLM {mode}: starting the engine", flush=True)

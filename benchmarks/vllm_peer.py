@@ -225,11 +225,7 @@ def main() -> int:
     p.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--ready-file", type=Path, required=True)
-    p.add_argument(
-        "--no-prefix-caching",
-        action="store_true",
-        help="off: every request's prompt is computed, as minispec computes it",
-    )
+    p.add_argument("--no-prefix-caching", action="store_true", help="recompute every prompt")
     serve(p.parse_args())
     return 0
 
