@@ -29,6 +29,8 @@ from typing import BinaryIO, Callable, Iterator
 
 import torch
 
+from minispec.compilation import huge_pages
+
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds minispec/, model/, sampling/
 SOURCE_FOLDERS = ("minispec", "model", "sampling")  # the code a round runs
 CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"  # Inductor's cache folder, and so the packages'
@@ -103,8 +105,10 @@ def packed_for_rows(least: int) -> Iterator[None]:
 def load_runner(path: Path) -> Callable:
     """The package's model, run by AOTInductor's C++ loader directly (docs/startup.md says why)."""
     # Arguments: the model's name inside the package, not single-threaded, one runner, the
-    # default device.
-    return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1).boxed_run
+    # default device. The loader copies the package's weights into memory it maps.
+    with huge_pages.new_memory_on_huge_pages():
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+    return loader.boxed_run
 
 
 def open_regular(path: Path) -> BinaryIO:
