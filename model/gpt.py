@@ -274,6 +274,16 @@ def cached_attention(
     return (weights[..., None] * v[:, :, None, None]).sum(-2).reshape(B, H, T, D)
 
 
+# Compiled for a CPU, a linear over one row (a B = 1 step) is a broadcast product and a sum,
+# which Inductor writes as one vectorized pass over the weight: oneDNN's GEMM reads a weight
+# at one row about half as fast (docs/benchmarks.md, the steps). From two rows up, the GEMM.
+def project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """layer(x), x [..., in_features]."""
+    if torch.compiler.is_compiling() and x.device.type == "cpu" and x.numel() == x.shape[-1]:
+        return (x[..., None, :] * layer.weight).sum(-1)
+    return layer(x)
+
+
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -293,7 +303,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         q, k, v = (
             t.view(B, T, -1, self.head_dim).transpose(1, 2)
-            for t in self.wqkv(x).split(self.qkv_split, -1)
+            for t in project(self.wqkv, x).split(self.qkv_split, -1)
         )
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
@@ -326,7 +336,7 @@ class Attention(nn.Module):
             live = layout.visible.shape[-1]  # views: no slot past them is read
             k, v = cached_k.narrow(2, 0, live), cached_v.narrow(2, 0, live)
             y = cached_attention(q, k, v, layout.visible[:, None])  # [B, 1, T, S]: every head
-        return self.wo(y.transpose(1, 2).reshape(B, T, C))
+        return project(self.wo, y.transpose(1, 2).reshape(B, T, C))
 
 
 class MLP(nn.Module):
@@ -339,7 +349,7 @@ class MLP(nn.Module):
         self.down = nn.Linear(config.mlp_hidden, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        return project(self.down, F.silu(project(self.gate, x)) * project(self.up, x))
 
 
 class Block(nn.Module):
@@ -457,7 +467,7 @@ class GPT(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The head over final states [..., C]: logits [..., V] in float32."""
-        return self.lm_head(hidden).float()
+        return project(self.lm_head, hidden).float()
 
     def forward(
         self,

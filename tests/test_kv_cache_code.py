@@ -54,3 +54,23 @@ def test_compiled_attention_allocates_no_product_over_slots_and_head_dim() -> No
     ]
     assert any(shape[-2:] == (width, slots) for shape in shapes), shapes  # the scores
     assert not any(slots in shape and shape[-1] == head_dim for shape in shapes), shapes
+
+
+def test_a_one_row_step_computes_its_linears_as_sums() -> None:
+    """model/gpt.py's `project`: compiled for a CPU, a step of one row runs no GEMM (each linear
+    is a product and a sum Inductor fuses), and its logits are the eager ones. Power: a step of
+    two rows calls the GEMM."""
+    config = GPTConfig(vocab_size=64, n_layer=1, n_head=2, d_model=32, mlp_hidden=64)
+    model = GPT(config).eval()
+    model.setup_cache(1)
+    step = torch.compile(model, fullgraph=True, dynamic=False)
+    sources = {}
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+        for width in (1, 2):
+            tokens, positions = torch.arange(3, 3 + width)[None], torch.arange(width)[None]
+            logits, code = run_and_get_code(step, tokens, positions)
+            sources[width] = "\n".join(code)
+            torch.testing.assert_close(logits, model(tokens, positions), rtol=1e-5, atol=1e-5)
+    gemm = re.compile(r"extern_kernels\.(mm|addmm|bmm)|mkldnn")
+    assert not gemm.search(sources[1])
+    assert gemm.search(sources[2])

@@ -63,43 +63,12 @@ def aot_folder() -> Path:
     return compile_cache() / "minispec-aot"
 
 
-# Freezing prepacks each weight for oneDNN's GEMM in a layout chosen for the graph's row count
-# M (tokens x rows). The layout it picks for M = 1 is slow on this project's CPUs: a 1-token
-# step's linears take about 1.3x as long as with a layout packed for 4 rows, which runs
-# M = 1 to 3 at least as fast (docs/benchmarks.md, the steps table).
-PACK_ROWS_AT_LEAST = 4
-
-
 def compile_package(program, package_path: Path, options: dict) -> None:
     """AOTInductor: the exported program as C++, compiled into a package at package_path.
     Imported here: only a process that compiles pays for Inductor's import."""
     from torch._inductor import aoti_compile_and_package
 
-    with packed_for_rows(PACK_ROWS_AT_LEAST):
-        aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=options)
-
-
-@contextmanager
-def packed_for_rows(least: int) -> Iterator[None]:
-    """Inductor's weight prepacking, told that every linear runs at least `least` rows. A hook
-    inside Inductor's freezing pass, which offers no option for it; where the hook is missing
-    (another torch, no oneDNN) the weights are packed as Inductor chooses."""
-    try:
-        from torch._inductor.fx_passes.mkldnn_fusion import CpuMkldnnDeviceOp
-    except ImportError:
-        yield
-        return
-    pack = CpuMkldnnDeviceOp.pack_linear_weight
-
-    def pack_for_more_rows(self, graph, is_lp_weight, transpose_weight_node, batch_size):
-        rows = batch_size if not isinstance(batch_size, int) else max(batch_size, least)
-        return pack(self, graph, is_lp_weight, transpose_weight_node, rows)
-
-    CpuMkldnnDeviceOp.pack_linear_weight = pack_for_more_rows
-    try:
-        yield
-    finally:
-        CpuMkldnnDeviceOp.pack_linear_weight = pack
+    aoti_compile_and_package(program, package_path=str(package_path), inductor_configs=options)
 
 
 def load_runner(path: Path) -> Callable:
