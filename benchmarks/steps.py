@@ -16,7 +16,7 @@ import time
 import torch
 
 from benchmarks.timing import in_turns
-from minispec.compilation import compile_round
+from minispec.compilation import compile_round, huge_pages
 from minispec.decode import SpeculativeDecoder
 from model.gpt import GPT
 
@@ -36,7 +36,8 @@ class HeadStep(torch.nn.Module):
 
 def read_bandwidth(megabytes: int = 256, repeats: int = 7) -> float:
     """Bytes per second one sum() reads from memory, median over repeats."""
-    x = torch.ones(megabytes * 2**18)  # float32
+    with huge_pages.new_memory_on_huge_pages():  # as the packages' weights are
+        x = torch.ones(megabytes * 2**18)  # float32
     x.sum()
     times = []
     for _ in range(repeats):
