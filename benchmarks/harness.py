@@ -2,7 +2,7 @@
 
 1. Steps (steps.py): each model's forward timed alone, for c and against its memory floor.
 2. Rotations, at each temperature: every method of methods.py once over every prompt of every
-   category (prompts.py), in an order shuffled anew each rotation (seeded), after an untimed
+   category (prompts.py), in an order shuffled anew for each category (seeded), after an untimed
    warm-up that builds or loads every graph. --batch-size B decodes each category's prompts
    (cycled to fill) B rows at a time.
 3. Correctness, from the same runs: at T = 0 each method's tokens against K = 0's; at T > 0
@@ -39,9 +39,11 @@ from model import tokenizer
 
 
 def rotate(decoders, methods, prompts: dict[str, list], temperature: float, args) -> tuple:
-    """Every method once over every category per rotation, shuffled, each on the decoder of
-    its draft (decoders: by api.default_draft's path): (runs, ids), each
-    {label: [ {category: ...} per rotation ]}: the stats' records, the new tokens."""
+    """Every method once over every category per rotation, each on the decoder of its draft
+    (decoders: by api.default_draft's path): (runs, ids), each {label: [ {category: ...} per
+    rotation ]}: the stats' records, the new tokens. Each category runs every method in an
+    order shuffled anew, so that a method's seconds are spread over the whole rotation and a
+    drift in the machine's pace within it falls on every method alike."""
     spec_of = {m: m.spec(args.draft_sample_method) for m in methods}
     first = next(iter(prompts.values()))[: args.batch_size]  # one call's shape
     for m in methods:
@@ -51,15 +53,16 @@ def rotate(decoders, methods, prompts: dict[str, list], temperature: float, args
     ids = {m.label: [] for m in methods}
     for r in range(args.rotations):
         start, seed = time.perf_counter(), 1000 * r
-        for m in order.sample(methods, len(methods)):
-            decoder, runs_r, ids_r = decoders[default_draft(m.proposer)], {}, {}
-            for category, ps in prompts.items():
-                stats, ids_r[category] = decode(
+        for m in methods:
+            runs[m.label].append({})
+            ids[m.label].append({})
+        for category, ps in prompts.items():
+            for m in order.sample(methods, len(methods)):
+                decoder = decoders[default_draft(m.proposer)]
+                stats, ids[m.label][r][category] = decode(
                     decoder, spec_of[m], ps, temperature, args.max_new_tokens, seed, args.batch_size
                 )
-                runs_r[category] = record(stats)
-            runs[m.label].append(runs_r)
-            ids[m.label].append(ids_r)
+                runs[m.label][r][category] = record(stats)
         seconds = time.perf_counter() - start
         print(f"  T = {temperature:g}, rotation {r + 1}: {seconds:.0f} s", flush=True)
     return runs, ids

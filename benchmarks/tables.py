@@ -120,9 +120,10 @@ def render(report: dict) -> str:
         "# Every method against one K = 0 baseline\n",
         f"Made by `{report['command']}` in {report['wall_s'] / 60:.0f} min. "
         f"{setting_line(report)}\n",
-        "Each rotation runs every method once over every prompt (B = 1: one request each), in "
-        "an order shuffled anew each rotation (seeded); the graphs are built or loaded and run "
-        "once before the first rotation, untimed. tok/s is new tokens over decode seconds "
+        "Each rotation runs every method once over every prompt (B = 1: one request each), "
+        "category by category, in an order shuffled anew for each (seeded); the graphs are "
+        "built or loaded and run once before the first rotation, untimed. tok/s is new tokens "
+        "over decode seconds "
         "(the prefill left out), pooled over the rotations. The speedup is the median over "
         "rotations of a row's tok/s over the run's one pooled K = 0 tok/s; [95 %]: a "
         "percentile bootstrap over rotations, the row's and K = 0's runs drawn from the same "
