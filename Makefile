@@ -53,7 +53,7 @@ train-head: $(STAMP)  ## train the feature head on the shipped target (about 1 h
 train-parallel: $(STAMP)  ## fine-tune the draft into a parallel drafter (PARD; about 40 min on 2 cores)
 	$(PY) -m minispec train-parallel $(ARGS)
 
-# About 20-25 minutes on 2 cores with the graphs in the cache; ARGS='--batch-size 16 --out
+# About 15 minutes on 2 cores with the graphs in the cache; ARGS='--batch-size 16 --out
 # results/batch' for B = 16, ARGS=--vllm for vLLM beside minispec (docs/benchmarks.md).
 bench: $(STAMP)  ## every method against one K = 0 baseline, by prompt category -> results/bench.md, README
 	$(PY) -m benchmarks $(ARGS)
