@@ -2,10 +2,10 @@
 
 Each AOTInductor package carries its own copy of the weights (freezing bakes them in), which
 its loader copies into memory it mallocs: small pages, wherever the allocator finds them. On
-this project's 2-core VM where those pages land moved a round's speed by up to 18 %: six loads
-of the same K = 4 round, timed in turns in one process, took 5.6 to 6.7 ms a round. Each method
-of the benchmark runs its own package, so each row drew its own factor and two runs of `make
-bench` disagreed by as much. On huge pages the same six loads took 5.1 to 5.3 ms.
+this project's 2-core VM where those pages land moves a round's speed by up to 18 %: six loads
+of the same K = 4 round, timed in turns in one process, take 5.6 to 6.7 ms a round. Each method
+of the benchmark runs its own package, so on small pages each row draws its own factor and two
+runs of `make bench` disagree by as much. On huge pages the same six loads take 5.1 to 5.3 ms.
 
 Linux only, and only where transparent huge pages are not switched off ("madvise" is the usual
 setting, which is why the memory must ask): elsewhere nothing happens.
