@@ -32,8 +32,13 @@ from benchmarks.spread import format_spread, spread
 # (temperature, K): K = 4 and auto at T = 0 and 1, and K = 8, the best fixed K at T = 0 in
 # results/bench.md. Auto compiles rounds of its own at each of its widths (0, 2, 4, 8), so a
 # cold cache builds them beside the fixed Ks'; a warm one loads them all.
-SETTINGS: tuple[tuple[float, int | str], ...] = ((0.0, 4), (0.0, 8), (0.0, "auto"))
-SETTINGS += ((1.0, 4), (1.0, "auto"))
+SETTINGS: tuple[tuple[float, int | str], ...] = (
+    (0.0, 4),
+    (0.0, 8),
+    (0.0, "auto"),
+    (1.0, 4),
+    (1.0, "auto"),
+)
 PROMPTS, MAX_NEW_TOKENS, THREADS = 4, 96, 1
 COMMAND = "make bench-guard"
 

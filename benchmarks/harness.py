@@ -146,8 +146,15 @@ def filled(prompts: list, batch_size: int) -> list:
     return [prompts[i % len(prompts)] for i in range(rows)]
 
 
-SETTINGS = ("batch_size", "max_new_tokens", "rotations", "threads", "compile_mode", "seed")
-SETTINGS += ("draft_sample_method",)
+SETTINGS = (
+    "batch_size",
+    "max_new_tokens",
+    "rotations",
+    "threads",
+    "compile_mode",
+    "seed",
+    "draft_sample_method",
+)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,8 +27,10 @@ from sampling import reference, rejection_sample
 SIZES = [(1, 4, 256), (1, 4, 32000), (64, 4, 32000), (64, 4, 128256)]
 GOAL_SIZE = (64, 4, 128256)
 # At GOAL_SIZE: (ratio, the row's key, the goal, the side of it that meets it).
-GOALS = (("eager/compiled", "eager_over_compiled", 5.0, "above"),)
-GOALS += (("compiled/floor", "compiled_over_floor", 3.0, "below"),)
+GOALS = (
+    ("eager/compiled", "eager_over_compiled", 5.0, "above"),
+    ("compiled/floor", "compiled_over_floor", 3.0, "below"),
+)
 PLAIN_MAX_LOGITS = 1 * 5 * 32000  # the reference loops in Python: small sizes only
 
 

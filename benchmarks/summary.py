@@ -7,9 +7,9 @@ so that a table can be remade from the file (the README's headline is checked th
 One baseline, K = 0's tokens over its decode seconds pooled over every rotation and category
 read: a baseline timed apart for each row drifts on a shared machine. A row's speedup is the
 median over rotations of its tok/s over it; its 95 % interval a percentile bootstrap over
-rotations, each resample taking the row's runs and K = 0's from the same rotations (a
-rotation's runs ran minutes apart, in one shuffled order). τ, α and per-position acceptance
-come from the counts summed over every rotation and category read.
+rotations, each resample taking the row's runs and K = 0's from the same rotations (the
+minutes in which they ran side by side, shuffled within each category). τ, α and per-position
+acceptance come from the counts summed over every rotation and category read.
 """
 
 from __future__ import annotations

@@ -14,8 +14,14 @@ README_BEGIN = "<!-- results: made by `make bench` from results/bench.json; do n
 README_END = "<!-- end of results -->"
 # The README's rows, where the run has them: the default (auto), the K the field reports, the
 # head, a lookup, and the parallel drafter.
-HEADLINE = ("draft_model:auto", "draft_model:4", "feature_head:4", "ngram:auto", "parallel:4")
-HEADLINE += ("parallel:auto",)
+HEADLINE = (
+    "draft_model:auto",
+    "draft_model:4",
+    "feature_head:4",
+    "ngram:auto",
+    "parallel:4",
+    "parallel:auto",
+)
 ABOVE_MARK = "†"
 
 
@@ -123,9 +129,9 @@ def render(report: dict) -> str:
         "Each rotation runs every method once over every prompt (B = 1: one request each), "
         "category by category, in an order shuffled anew for each (seeded); the graphs are "
         "built or loaded and run once before the first rotation, untimed. tok/s is new tokens "
-        "over decode seconds "
-        "(the prefill left out), pooled over the rotations. The speedup is the median over "
-        "rotations of a row's tok/s over the run's one pooled K = 0 tok/s; [95 %]: a "
+        "over decode seconds (the prefill left out), pooled over the rotations. The speedup is "
+        "the median over rotations of a row's tok/s over the run's one pooled K = 0 tok/s; "
+        "[95 %]: a "
         "percentile bootstrap over rotations, the row's and K = 0's runs drawn from the same "
         "rotations (benchmarks/summary.py). τ: tokens per target forward, the bonus token "
         "included. c: one draft forward over the target's 1-token step, measured in this "

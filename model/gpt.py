@@ -278,7 +278,7 @@ def cached_attention(
 # which Inductor writes as one vectorized pass over the weight: oneDNN's GEMM reads a weight
 # at one row about half as fast (docs/benchmarks.md, the steps). From two rows up, the GEMM.
 def project(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """layer(x), x [..., in_features]."""
+    """layer(x), x [..., in_features], for a bias-free layer (every linear of this GPT)."""
     if torch.compiler.is_compiling() and x.device.type == "cpu" and x.numel() == x.shape[-1]:
         return (x[..., None, :] * layer.weight).sum(-1)
     return layer(x)
